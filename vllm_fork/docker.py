@@ -443,7 +443,10 @@ def plan_image(
     base_digest: str | None = None,
     allow_stale: bool = False,
 ) -> Plan:
-    """Stage the wheel for the builder and form the final-image command (route `dist`)."""
+    """Stage the wheel for the builder and form the final-image command (route `dist`).
+
+    Staging happens on --dry-run too (hard links, cheap), so the printed command runs as is.
+    """
     pin = load_pin(root)
     fork_wheel = load_wheel(wheel) if wheel else find_wheel(root / "dist", pin)
     notes: list[str] = []
