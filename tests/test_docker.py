@@ -222,7 +222,7 @@ def test_wheel_from_build_plans_the_wheel_stage(repo, tmp_path, monkeypatch):
     (cache / "downloads" / "unrelated.whl").write_bytes(b"x")
     (cache / "ops" / "ab").mkdir(parents=True)
     (cache / "ops" / "ab" / "ops-abcd.zip").write_bytes(b"artifact")
-    (repo / "ops-cache").mkdir()
+    (repo / "ops-cache").mkdir(exist_ok=True)
     (repo / "ops-cache" / "index.json").write_text(
         json.dumps({"artifacts": {"abcd": {"filename": "ops-abcd.zip", "sha256": "0" * 64}}})
     )
