@@ -192,6 +192,7 @@ def stage_dist(wheel: ForkWheel, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
     try:
+        tmp.chmod(0o755)  # mkdtemp's 0700 would follow the files into the build
         _link_or_copy(wheel.path, tmp / wheel.path.name)
         clean = _strip_userinfo(wheel.record)
         (tmp / record_path(wheel.path).name).write_text(json.dumps(clean, indent=2, sort_keys=True) + "\n")
@@ -384,6 +385,7 @@ def stage_seed(root: Path, pin: Pin, dest: Path) -> Path:
     wanted = {pin.sdist.filename} | _index_filenames(root / "ops-cache" / "index.json")
     tmp = Path(tempfile.mkdtemp(dir=_mkdir(dest.parent), prefix=f".{dest.name}."))
     try:
+        tmp.chmod(0o755)
         for path in cache.rglob("*"):
             if path.name in wanted and path.is_file() and not path.is_symlink():
                 target = tmp / path.relative_to(cache)

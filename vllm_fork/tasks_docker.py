@@ -12,6 +12,7 @@ from .errors import ForkError
 
 
 @task(
+    auto_shortflags=False,  # -h must stay --help
     iterable=["tag"],
     help={
         "tag": "image tag (repeatable; default vllm-fork/vllm-openai:<wheel version, + as ->)",
