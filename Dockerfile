@@ -15,8 +15,10 @@
 #   compile  the same on a CUDA devel image with an sccache mount, for a cache miss; the
 #            compiled members go back into the shared cache mount (and out through the
 #            `ops-export` target).
+# The final stage adds one layer over the base: only the files the patched wheel changes
+# (the `delta` stage finds them with scripts/image_delta.py), not the whole vllm package.
 # Targets: `image` (default, last), `wheel` (the wheel and its record, for --output),
-# `ops-export` (the compile stage's new ops artifact, for --output).
+# `ops-export` (the compile stage's new ops artifact, for --output), `delta` (to inspect it).
 
 # The base: upstream's image at the pinned release. VLLM_BASE_TAG must equal `tag` in
 # upstream.toml (a test checks it). Pin the digest too, once looked up on a machine with
@@ -126,9 +128,34 @@ COPY --from=wheel-compile-run /ops/ /
 FROM wheel-${WHEEL_FROM} AS wheel
 
 # ---------------------------------------------------------------------------------------
-# The deployment image: upstream's, with vllm replaced. `--no-deps`: every dependency stays
-# exactly upstream's. The wheel is bind-mounted, so it never enters a layer.
+# The delta, in a throwaway stage FROM the same base: pip installs the wheel over upstream's
+# vllm (`--no-deps`: every dependency stays exactly upstream's), and scripts/image_delta.py
+# keeps only the files whose bytes changed or are new, and lists those pip removed. The
+# patched wheel's compiled members are upstream's, byte for byte, so they are not in it.
+FROM ${VLLM_BASE_IMAGE}:${VLLM_BASE_TAG}${VLLM_BASE_DIGEST:+@}${VLLM_BASE_DIGEST} AS delta
+COPY scripts/image_delta.py /opt/image-delta/image_delta.py
 # (DL3013 below: "$1" is the wheel file, not a package name to pin.)
+# hadolint ignore=DL3013
+RUN --mount=type=bind,from=wheel,source=/dist,target=/tmp/fork-dist \
+    set -eu; \
+    set -- /tmp/fork-dist/vllm-*.whl; \
+    if [ "$#" -ne 1 ] || [ ! -f "$1" ]; then \
+        echo >&2 "error: expected exactly one vllm wheel in the wheel stage, found: $*" \
+            "(WHEEL_FROM=dist needs --build-context fork-dist=DIR; \`invoke docker\` passes it)"; \
+        exit 1; \
+    fi; \
+    export PYTHONDONTWRITEBYTECODE=1 PIP_ROOT_USER_ACTION=ignore; \
+    python3 /opt/image-delta/image_delta.py snapshot /tmp/vllm-before.json; \
+    python3 -m pip install --no-deps --no-compile --no-cache-dir --disable-pip-version-check "$1"; \
+    python3 /opt/image-delta/image_delta.py diff /tmp/vllm-before.json /delta-out; \
+    cp /opt/image-delta/image_delta.py /tmp/fork-dist/*.provenance.json /delta-out/
+
+# ---------------------------------------------------------------------------------------
+# The deployment image: upstream's, plus one layer holding only the delta: the changed and
+# new files, the removal of those the wheel dropped (upstream's dist-info), bytecode for
+# the changed sources, the provenance record. The delta is bind-mounted, so neither the
+# wheel nor the script enters a layer. `apply` checks that exactly one vllm dist-info is
+# left and that its version is the wheel's (and FORK_VERSION's, when the labels are set).
 FROM ${VLLM_BASE_IMAGE}:${VLLM_BASE_TAG}${VLLM_BASE_DIGEST:+@}${VLLM_BASE_DIGEST} AS image
 ARG VLLM_BASE_IMAGE
 ARG VLLM_BASE_TAG
@@ -145,25 +172,14 @@ ARG FORK_OPS_KEY=
 ARG FORK_OPS_ARTIFACT_SHA256=
 ARG FORK_ROUTE=
 ARG FORK_BASE_REF=
-# hadolint ignore=DL3013
-RUN --mount=type=bind,from=wheel,source=/dist,target=/tmp/fork-dist \
+RUN --mount=type=bind,from=delta,source=/delta-out,target=/tmp/fork-delta \
     set -eu; \
-    set -- /tmp/fork-dist/vllm-*.whl; \
-    if [ "$#" -ne 1 ] || [ ! -f "$1" ]; then \
-        echo >&2 "error: expected exactly one vllm wheel in the wheel stage, found: $*" \
-            "(WHEEL_FROM=dist needs --build-context fork-dist=DIR; \`invoke docker\` passes it)"; \
-        exit 1; \
-    fi; \
-    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --no-deps --no-cache-dir \
-        --disable-pip-version-check "$1"; \
-    installed="$(python3 -c 'import importlib.metadata as m; print(m.version("vllm"))')"; \
-    if [ -n "${FORK_VERSION}" ] && [ "${installed}" != "${FORK_VERSION}" ]; then \
-        echo >&2 "error: installed vllm ${installed}, but the labels describe ${FORK_VERSION}"; \
-        exit 1; \
-    fi; \
+    PYTHONDONTWRITEBYTECODE=1 python3 /tmp/fork-delta/image_delta.py apply /tmp/fork-delta \
+        --expect-version "${FORK_VERSION}"; \
     mkdir -p /usr/share/vllm-fork; \
-    cp /tmp/fork-dist/*.provenance.json /usr/share/vllm-fork/; \
-    echo "vllm ${installed} installed over ${VLLM_BASE_IMAGE}:${VLLM_BASE_TAG}"
+    cp /tmp/fork-delta/*.provenance.json /usr/share/vllm-fork/; \
+    cp /tmp/fork-delta/delta.json /usr/share/vllm-fork/vllm-delta.json; \
+    echo "vllm replaced over ${VLLM_BASE_IMAGE}:${VLLM_BASE_TAG}"
 LABEL org.opencontainers.image.title="vllm-openai (vllm-fork)" \
       org.opencontainers.image.description="vLLM's OpenAI-compatible server: upstream's image with the fork's patched vllm wheel" \
       org.opencontainers.image.version="${FORK_VERSION}" \
