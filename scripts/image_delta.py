@@ -139,9 +139,11 @@ def diff(before_path: str, out: str, name: str) -> dict:
         p for p in old
         if p not in new and (src := source_of(p)) is not None and src in new and old.get(src) == new[src]
     }
-    stale_bytecode = {bytecode_of(p) for p in changed if p.endswith(".py")}
-    gone_files = {p for p in old if p not in new and not os.path.exists(p)} - kept - stale_bytecode
-    keep_dirs = {d for p in kept for d in ancestors(p)}
+    to_compile = sorted(p for p in changed + added if p.endswith(".py"))
+    compiled = {b for p in to_compile if (b := bytecode_of(p))}
+    # Bytecode of changed sources is overwritten by `apply`'s compile, not removed.
+    gone_files = {p for p in old if p not in new and not os.path.exists(p)} - kept - compiled
+    keep_dirs = {d for p in kept | compiled for d in ancestors(p)}
     gone_dirs = {d for d in before["dirs"] if not os.path.exists(d)} - keep_dirs
     removed = compress(gone_files | gone_dirs, gone_dirs)
 
@@ -156,7 +158,7 @@ def diff(before_path: str, out: str, name: str) -> dict:
         "changed": changed,
         "added": added,
         "removed": removed,
-        "compile": sorted(p for p in changed + added if p.endswith(".py")),
+        "compile": to_compile,
         "kept_bytecode": len(kept),
         "delta_bytes": sum(os.path.getsize(p) for p in changed + added),
         "unchanged_files": len(new) - len(changed) - len(added),

@@ -14,7 +14,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import venv
 import zipfile
 from pathlib import Path
 
@@ -280,55 +279,4 @@ def test_collect_and_export_ops_inside_the_stage(tmp_path):
     assert img.main(["collect", str(dist), str(tmp_path / "out2")]) == 1  # two wheels: refuse
 
 
-# --- the final stage's install step, run for real in a venv standing in for upstream's image
-
-
-def final_run_script() -> str:
-    """The shell of the Dockerfile's final RUN, with its --mount flags dropped."""
-    lines = img._logical_lines((REPO_ROOT / "Dockerfile").read_text())
-    image_at = max(i for i, ln in enumerate(lines) if ln.startswith("FROM "))
-    (run,) = [ln for ln in lines[image_at:] if ln.startswith("RUN ")]
-    words = run[4:].split(" ")
-    return " ".join(w for w in words if not w.startswith("--mount="))
-
-
-@pytest.fixture(scope="module")
-def upstream_env(tmp_path_factory) -> Path:
-    """A venv holding 'upstream' vllm 0.33.0, as the base image does (no torch: --no-deps matters)."""
-    root = tmp_path_factory.mktemp("upstream")
-    venv.create(root / "venv", with_pip=True)
-    py = root / "venv" / "bin" / "python3"
-    upstream = make_wheel(root, "0.33.0")
-    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", upstream], check=True)
-    return root / "venv"
-
-
-def run_final(env: Path, dist: Path, share: Path, fork_version: str) -> subprocess.CompletedProcess:
-    script = final_run_script().replace("/tmp/fork-dist", str(dist)).replace("/usr/share/vllm-fork", str(share))
-    environ = {**os.environ, "PATH": f"{env / 'bin'}:{os.environ['PATH']}", "FORK_VERSION": fork_version,
-               "VLLM_BASE_IMAGE": "vllm/vllm-openai", "VLLM_BASE_TAG": "v0.33.0", "PIP_NO_INDEX": "1"}
-    return subprocess.run(["sh", "-c", script], env=environ, capture_output=True, text=True)
-
-
-@pytest.mark.slow
-def test_final_stage_replaces_vllm_without_touching_dependencies(upstream_env, tmp_path):
-    dist = tmp_path / "dist"
-    dist.mkdir()
-    make_record(make_wheel(dist), {})
-    proc = run_final(upstream_env, dist, tmp_path / "share", VERSION)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    py = upstream_env / "bin" / "python3"
-    version = subprocess.run([py, "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
-                             capture_output=True, text=True).stdout.strip()
-    assert version == VERSION
-    # --no-deps: the wheel's Requires-Dist (torch) was not installed, nor looked up.
-    assert subprocess.run([py, "-c", "import torch"], capture_output=True).returncode != 0
-    assert (tmp_path / "share" / (WHEEL + ".provenance.json")).is_file()
-    # Labels that describe another version than the one installed stop the build.
-    proc = run_final(upstream_env, dist, tmp_path / "share2", "0.33.0+fork.other")
-    assert proc.returncode != 0 and "labels describe 0.33.0+fork.other" in proc.stderr
-    # No wheel (the fork-dist context was not given): a clear error.
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    proc = run_final(upstream_env, empty, tmp_path / "share3", "")
-    assert proc.returncode != 0 and "--build-context fork-dist=DIR" in proc.stderr
+# The Dockerfile's delta and final stages are run for real in tests/test_image_delta.py.

@@ -1,7 +1,8 @@
 """The Dockerfile's structure, checked without a Docker engine (none on the dev machine).
 
 What cannot be built here is checked as text: stages and how they chain, the pinned base,
-the --no-deps install from a bind mount, entrypoint, healthcheck, labels, and that no
+the --no-deps install in the delta stage and a final stage that only
+applies the delta from a bind mount, entrypoint, healthcheck, labels, and that no
 secret, cache or build tree can reach a layer. hadolint lints it.
 """
 
@@ -62,6 +63,7 @@ def test_stages_chain_as_designed(st):
     for source in ("dist", "build", "compile"):
         assert f"wheel-{source}" in st, f"WHEEL_FROM={source} has no stage"
     assert st["ops-export"]["from"] == "scratch"
+    assert list(st)[-2:] == ["delta", "image"]
 
 
 def test_base_is_upstreams_image_at_the_pinned_release():
@@ -76,17 +78,36 @@ def test_base_is_upstreams_image_at_the_pinned_release():
     assert re.search(r":cuda[\d.]+-[0-9a-f]{40}$", args["CUDA_DEVEL_IMAGE"])
 
 
-def test_final_stage_installs_the_wheel_with_no_deps_from_a_bind_mount(st):
-    image = st["image"]
-    assert image["from"] == "${VLLM_BASE_IMAGE}:${VLLM_BASE_TAG}${VLLM_BASE_DIGEST:+@}${VLLM_BASE_DIGEST}"
-    runs = instr(image, "RUN")
-    assert len(runs) == 1
-    run = runs[0]
+BASE_FROM = "${VLLM_BASE_IMAGE}:${VLLM_BASE_TAG}${VLLM_BASE_DIGEST:+@}${VLLM_BASE_DIGEST}"
+
+
+def test_delta_stage_installs_the_wheel_with_no_deps_over_the_same_base(st):
+    """pip installs the wheel over upstream's vllm in a throwaway stage; the script keeps the difference."""
+    delta = st["delta"]
+    assert delta["from"] == BASE_FROM == st["image"]["from"], "the delta must be taken against the final base"
+    assert instr(delta, "COPY") == ["COPY scripts/image_delta.py /opt/image-delta/image_delta.py"]
+    (run,) = instr(delta, "RUN")
     assert "--mount=type=bind,from=wheel,source=/dist,target=/tmp/fork-dist" in run
-    assert re.search(r"pip install --no-deps --no-cache-dir\b", run)
-    # Nothing is copied into the final image: the wheel is only mounted.
-    assert not instr(image, "COPY") and not instr(image, "ADD")
+    script = "python3 /opt/image-delta/image_delta.py"
+    steps = [run.index(f"{script} snapshot "), run.index("pip install --no-deps --no-compile --no-cache-dir"),
+             run.index(f"{script} diff ")]
+    assert steps == sorted(steps), "snapshot, then pip's install, then the diff"
     assert "--mount=type=cache" not in run and "--mount=type=secret" not in run
+
+
+def test_final_stage_adds_only_the_delta_from_a_bind_mount(st):
+    image = st["image"]
+    assert image["from"] == BASE_FROM
+    (run,) = instr(image, "RUN")
+    assert "--mount=type=bind,from=delta,source=/delta-out,target=/tmp/fork-delta" in run
+    assert re.search(r'image_delta\.py apply /tmp/fork-delta\s+--expect-version "\$\{FORK_VERSION\}"', run)
+    # Nothing is copied into the final image and nothing is installed there: the delta,
+    # the wheel and the script are only mounted, so the one new layer is the difference.
+    assert not instr(image, "COPY") and not instr(image, "ADD")
+    assert "pip" not in run
+    assert "--mount=type=cache" not in run and "--mount=type=secret" not in run
+    # The one stage FROM the base besides the image is the delta; nothing else builds on it.
+    assert [name for name, s in st.items() if s["from"] == BASE_FROM] == ["delta", "image"]
 
 
 def test_entrypoint_and_healthcheck(st):
@@ -166,7 +187,9 @@ def test_dockerignore_is_an_allowlist():
     ]
     assert lines[0] == "*"
     allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
-    assert allowed == {"pyproject.toml", "upstream.toml", "tasks.py", "vllm_fork", "patches", "ops-cache"}
+    assert allowed == {
+        "pyproject.toml", "upstream.toml", "tasks.py", "vllm_fork", "patches", "ops-cache", "scripts/image_delta.py"
+    }
 
 
 def hadolint_binary() -> str:
