@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import csv
 import gzip
 import hashlib
 import io
@@ -74,13 +75,15 @@ def fork_wheel(official: Path, tree: Path, version: str, label: str, dest: Path)
             name = name.replace(old_info + "/", new_info + "/")
             info.filename = name
             dst.writestr(info, data)
-            records.append(f"{name},{record_hash(data)},{len(data)}")
+            records.append((name, record_hash(data), len(data)))
         for name, st in status.items():
             if st == "A" and name not in names:
                 data = (tree / name).read_bytes()
                 dst.writestr(name, data)
-                records.append(f"{name},{record_hash(data)},{len(data)}")
-        dst.writestr(f"{new_info}/RECORD", "\n".join(records + [f"{new_info}/RECORD,,"]) + "\n")
+                records.append((name, record_hash(data), len(data)))
+        record = io.StringIO()
+        csv.writer(record, lineterminator="\n").writerows(records + [(f"{new_info}/RECORD", "", "")])
+        dst.writestr(f"{new_info}/RECORD", record.getvalue())
     return out, status
 
 
@@ -95,12 +98,16 @@ def gz_tar_size(paths: list[Path]) -> tuple[int, int]:
 
 
 def run(cmd: list, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True, **kw)
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{proc.stdout}{proc.stderr}")
+    return proc
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tree", type=Path, default=REPO / "build" / "vllm")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (printed)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "image_layer_size.json")
     args = parser.parse_args()
     pin = load_pin(REPO)
@@ -158,7 +165,10 @@ def main() -> int:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result, indent=2))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
