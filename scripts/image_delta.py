@@ -164,6 +164,10 @@ def diff(before_path: str, out: str, name: str) -> dict:
         "unchanged_files": len(new) - len(changed) - len(added),
     }
     write_atomic(os.path.join(out, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
+    if after["root"] != before["root"]:
+        # Still correct, but the delta is then the whole package: say why in the build log.
+        print(f"warning: pip installed {name} into {after['root']}, upstream's is in {before['root']}; "
+              "nothing is shared with the base", file=sys.stderr)
     return manifest
 
 
