@@ -10,6 +10,7 @@ from vllm_fork import check as check_mod
 from vllm_fork import queue
 from vllm_fork.errors import ForkError
 from vllm_fork.status import status_report
+from vllm_fork.tasks_rebase import rebase
 
 
 def _run(fn, *args, **kwargs):
@@ -71,4 +72,4 @@ def status(c, source=None):
     print(_run(status_report, source=source))
 
 
-ns = Collection(apply, export, check, status)
+ns = Collection(apply, export, check, status, rebase)

@@ -141,7 +141,8 @@ def prepare_tree(tree: Path, upstream: Upstream, tag: str, force: bool = False) 
     if rev(tree, upstream.commit) is None:
         git(tree, "fetch", "--quiet", "--no-tags", str(upstream.repo), upstream.commit)
     git(tree, "update-ref", UPSTREAM_REF, upstream.commit)
-    git(tree, "tag", "--force", tag, upstream.commit)
+    if tag:  # a pin on a bare commit has no tag
+        git(tree, "tag", "--force", tag, upstream.commit)
     git(tree, "checkout", "--quiet", "--force", "-B", BRANCH, upstream.commit)
     git(tree, "clean", "-fdxq")
 
