@@ -40,7 +40,7 @@ class Checks:
 
 def run_tests(root: Path, cmd: str) -> tuple[int | None, str]:
     if not (root / "tests").is_dir():
-        return None, "not run: the repository has no tests/ directory"
+        return None, "the repository has no tests/ directory"
     proc = subprocess.run(cmd, shell=True, cwd=root, capture_output=True, text=True)
     lines = [ln for ln in (proc.stdout + proc.stderr).strip().splitlines() if ln.strip()]
     return proc.returncode, (lines[-1] if lines else f"exit status {proc.returncode}")
@@ -100,7 +100,7 @@ def finish(root: Path, state: RebaseState):
     save_pin(new_pin, root)
     compiled, compiled_source = changed_compiled_inputs(tree, state.old_upstream, state.new_upstream, root)
     problems = check_mod.check(root, source=state.source)
-    tests_rc, tests_summary = (None, "not run (--skip-tests)")
+    tests_rc, tests_summary = (None, "--skip-tests")
     cmd = state.options.tests_cmd or DEFAULT_TESTS
     if state.options.run_tests:
         tests_rc, tests_summary = run_tests(root, cmd)

@@ -98,7 +98,7 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks) -> str:
         out += [f"  - {_cell(p)}" for p in checks.check_problems]
     else:
         out.append("- `invoke check`: ok")
-    status = ("not run" if checks.tests_rc is None else "passed" if checks.tests_rc == 0
+    status = ("skipped" if checks.tests_rc is None else "passed" if checks.tests_rc == 0
               else f"**failed** (exit {checks.tests_rc})")
     out.append(f"- tests (`{checks.tests_cmd}`): {status} — {_cell(checks.tests_summary)}")
     out += ["", "## Pin", "", "| | old | new |", "|---|---|---|"]
@@ -106,7 +106,7 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks) -> str:
         out.append(f"| {field} | `{getattr(old, field)}` | `{getattr(new, field)}` |")
     for name in ("sdist", "wheel"):
         a, b = getattr(old, name), getattr(new, name)
-        out.append(f"| {name} | `{a.filename}`<br>`{a.sha256[:16]}…` | `{b.filename or '—'}`<br>`{b.sha256[:16]}…` |")
+        out.append(f"| {name} | {_artifact(a)} | {_artifact(b)} |")
     out += ["", "## Reproduce", "", _reproduce(state, new)]
     out.append("Then `invoke check` and the tests; `invoke apply` rebuilds `build/vllm` from the new queue.")
     return "\n".join(out) + "\n"
@@ -141,6 +141,10 @@ def conflict_report(state: RebaseState, failure, root: Path) -> str:
     if rest:
         out += ["## Not yet tried", ""] + [f"- `{n}`" for n in rest] + [""]
     return "\n".join(out)
+
+
+def _artifact(a) -> str:
+    return f"`{a.filename}`<br>sha256 `{a.sha256[:16]}…`" if a.filename else "— (not on the package index)"
 
 
 def _older(old: Pin, new: Pin) -> bool:
