@@ -33,6 +33,7 @@ PAUSE_FILE = ".rebase-bot-pause"
 LABEL = "rebase-bot"
 PAUSE_LABEL = "rebase-bot:pause"
 KEPT_REPORT = Path("build") / "rebase-bot-report.md"
+GH_CWD = [ROOT]  # gh finds the GitHub repository from the checkout it runs in
 
 
 def log(msg: str) -> None:
@@ -46,7 +47,7 @@ def gh_ready() -> bool:
 def gh(*args: str, check: bool = True) -> str:
     env = dict(os.environ)
     env.setdefault("GH_TOKEN", os.environ.get("GITHUB_TOKEN", ""))
-    proc = subprocess.run(["gh", *args], cwd=ROOT, capture_output=True, text=True, env=env)
+    proc = subprocess.run(["gh", *args], cwd=GH_CWD[0], capture_output=True, text=True, env=env)
     if check and proc.returncode != 0:
         raise ForkError(f"`gh {' '.join(args)}` failed: {proc.stderr.strip()}")
     return proc.stdout
@@ -71,9 +72,9 @@ def step_summary(text: str) -> None:
             fh.write(text + "\n")
 
 
-def publish(branch: str, report: Path, title: str) -> str:
+def publish(root: Path, branch: str, report: Path, title: str) -> str:
     """Push the branch and open, or update, the one pull request for it; close older bot PRs."""
-    subprocess.run(["git", "-C", str(ROOT), "push", "--force", "origin", f"{branch}:{branch}"], check=True)
+    subprocess.run(["git", "-C", str(root), "push", "--force", "origin", f"{branch}:{branch}"], check=True)
     gh("label", "create", LABEL, "--force", "--description", "opened by the rebase bot", check=False)
     mine = json.loads(gh("pr", "list", "--state", "open", "--head", branch, "--json", "number,url") or "[]")
     if mine:
@@ -94,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--to", help="a version, tag or commit instead of the newest release")
     ap.add_argument("--source", choices=("pypi", "git"))
     ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the fork checkout (default: this one)")
     ap.add_argument("--no-publish", action="store_true", help="never push or touch pull requests")
     args = ap.parse_args(argv)
-    root = ROOT
+    root = args.root.resolve()
+    GH_CWD[0] = root
     try:
         why = paused(root)
         if why:
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     title = f"Rebase onto vLLM {load_pin(root).version}"
     try:
-        log(f"pull request: {publish(outcome.branch, kept, title)}")
+        log(f"pull request: {publish(root, outcome.branch, kept, title)}")
     except (ForkError, subprocess.CalledProcessError) as exc:
         log(f"error publishing: {exc}")
         return 1

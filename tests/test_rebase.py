@@ -228,3 +228,36 @@ def test_latest_from_a_package_index_with_small_sdists(tmp_path, monkeypatch):
     assert new.wheel.filename == "vllm-1.1.0-cp38-abi3-manylinux_2_28_x86_64.whl"
     assert new.wheel.sha256 == hashlib.sha256(b"wheel").hexdigest()
     assert check_mod.check(w.root) == []
+
+
+def _bot(*args: str) -> int:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rebase_bot", REPO / "scripts" / "rebase_bot.py")
+    bot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bot)
+    return bot.main(list(args))
+
+
+def test_bot_pauses_rebases_and_aborts_on_conflict_without_github(tmp_path, monkeypatch):
+    monkeypatch.delenv("GH_TOKEN", raising=False)
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    w = two_patch_world(tmp_path)
+    w.release("1.1.0", {"mini/config.py": config_py({5: "OPTION_5 = 7\n"})})
+    before = w.snapshot()
+    (w.root / ".rebase-bot-pause").write_text("holding for the 1.1 regression\n")
+    assert _bot("--root", str(w.root), "--to", "1.1.0", "--skip-tests") == 0
+    (w.root / ".rebase-bot-pause").unlink()
+    assert w.snapshot() == before
+
+    assert _bot("--root", str(w.root), "--to", "1.1.0", "--skip-tests") == 2  # conflict
+    assert w.snapshot() == before and not in_progress(w.root)
+    assert "stopped at a conflict" in (w.root / "build" / "rebase-bot-report.md").read_text()
+
+    w.release("1.2.0", {"mini/config.py": config_py({5: "OPTION_5 = 5\n", 30: "OPTION_30 = 0\n"})})
+    assert _bot("--root", str(w.root), "--to", "1.2.0", "--skip-tests") == 0
+    assert sh(w.root, "git", "rev-parse", "--abbrev-ref", "HEAD") == "rebase/1.2.0"
+    assert load_pin(w.root).version == "1.2.0"
+    # A rerun (the next schedule) rebuilds the same branch rather than failing on it.
+    sh(w.root, "git", "checkout", "-q", "main")
+    assert _bot("--root", str(w.root), "--to", "1.2.0", "--skip-tests") == 0
