@@ -8,6 +8,7 @@ from invoke import Collection, Exit, task
 
 from vllm_fork import check as check_mod
 from vllm_fork import queue
+from vllm_fork import tasks_docker
 from vllm_fork.errors import ForkError
 from vllm_fork.status import status_report
 from vllm_fork.tasks_rebase import rebase
@@ -72,4 +73,6 @@ def status(c, source=None):
     print(_run(status_report, source=source))
 
 
-ns = Collection(apply, export, check, status, rebase)
+ns = Collection(apply, export, check, status)
+ns.add_task(tasks_docker.docker)
+ns.add_task(rebase)
