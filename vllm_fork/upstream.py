@@ -127,7 +127,7 @@ def _fetch_git(pin: Pin, repo: Path, remote: str) -> str:
         )
         if proc.returncode != 0:
             raise ForkError(
-                f"could not fetch {pin.tag or pin.commit} from {remote}:\n{proc.stderr.strip()}\n"
+                f"could not fetch {f'tag {pin.tag}' if pin.tag else f'commit {pin.commit}'} from {remote}:\n{proc.stderr.strip()}\n"
                 "Check the remote (upstream.toml `git_remote`, or --remote), or use "
                 "`--source pypi`."
             )
