@@ -11,6 +11,7 @@ from vllm_fork import queue
 from vllm_fork import tasks_docker
 from vllm_fork.errors import ForkError
 from vllm_fork.status import status_report
+from vllm_fork.tasks_rebase import rebase
 
 
 def _run(fn, *args, **kwargs):
@@ -74,3 +75,4 @@ def status(c, source=None):
 
 ns = Collection(apply, export, check, status)
 ns.add_task(tasks_docker.docker)
+ns.add_task(rebase)

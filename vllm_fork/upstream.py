@@ -111,7 +111,9 @@ def import_sdist(sdist: Path, repo: Path, version: str, sha256: str) -> str:
 
 
 def _fetch_git(pin: Pin, repo: Path, remote: str) -> str:
-    ref = f"refs/fork/git/{pin.tag}"
+    # A pin without a tag names a bare commit (`invoke rebase --to <full commit id>`).
+    want = f"refs/tags/{pin.tag}" if pin.tag else pin.commit
+    ref = f"refs/fork/git/{pin.tag or pin.commit}"
     with _locked(repo):
         proc = git(
             repo,
@@ -120,12 +122,12 @@ def _fetch_git(pin: Pin, repo: Path, remote: str) -> str:
             "--no-tags",
             "--depth=1",
             remote,
-            f"+refs/tags/{pin.tag}:{ref}",
+            f"+{want}:{ref}",
             check=False,
         )
         if proc.returncode != 0:
             raise ForkError(
-                f"could not fetch tag {pin.tag} from {remote}:\n{proc.stderr.strip()}\n"
+                f"could not fetch {f'tag {pin.tag}' if pin.tag else f'commit {pin.commit}'} from {remote}:\n{proc.stderr.strip()}\n"
                 "Check the remote (upstream.toml `git_remote`, or --remote), or use "
                 "`--source pypi`."
             )
