@@ -119,6 +119,12 @@ def make_world(tmp: Path) -> World:
     (root / "patches").mkdir(parents=True)
     (root / "patches" / "series").write_text("")
     (root / ".gitignore").write_text("/build/\n")
+    # The fork's Dockerfile names upstream's image of the pinned release.
+    (root / "Dockerfile").write_text(
+        "ARG VLLM_BASE_IMAGE=vllm/vllm-openai\nARG VLLM_BASE_TAG=v1.0.0\n"
+        "ARG VLLM_BASE_DIGEST=sha256:" + "1" * 64 + "\n"
+        "FROM ${VLLM_BASE_IMAGE}:${VLLM_BASE_TAG}${VLLM_BASE_DIGEST:+@}${VLLM_BASE_DIGEST}\n"
+    )
     save_pin(Pin("1.0.0", "v1.0.0", commit, "git", str(remote),
                  Artifact("vllm-1.0.0.tar.gz", ZERO), Artifact("vllm-1.0.0-py3-none-any.whl", ZERO)), root)
     sh(root, "git", "init", "-q", "-b", "main")

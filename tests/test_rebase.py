@@ -50,6 +50,9 @@ def test_clean_bump_updates_pin_exports_and_commits_on_a_branch(tmp_path):
     assert sh(w.root, "git", "rev-parse", "--abbrev-ref", "HEAD") == "rebase/1.1.0"
     assert sh(w.root, "git", "status", "--porcelain") == ""
     assert sh(w.root, "git", "show", "main:upstream.toml") != (w.root / "upstream.toml").read_text()
+    # The image's base follows the pin; the old release's digest is dropped, not reused.
+    dockerfile = sh(w.root, "git", "show", "HEAD:Dockerfile")
+    assert "ARG VLLM_BASE_TAG=v1.1.0" in dockerfile and "ARG VLLM_BASE_DIGEST=\n" in dockerfile + "\n"
     message = sh(w.root, "git", "log", "-1", "--format=%B")
     assert message.startswith("Rebase the patch queue onto vLLM 1.1.0 (from 1.0.0)")
     assert "| 1 | Raise option 5 to 50" in out.report and "| clean |" in out.report

@@ -36,7 +36,7 @@ from pathlib import Path
 from .errors import ForkError
 from .gitutil import git
 from .paths import REPO_ROOT, cache_dir, patches_dir
-from .pin import Pin, load_pin
+from .pin import Pin, load_pin, write_atomic
 
 DOCKERFILE = "Dockerfile"
 #: Where `invoke docker` stages what it hands to the builder (under build/, git-ignored).
@@ -219,6 +219,25 @@ def dockerfile_args(dockerfile: Path) -> dict[str, str]:
             name, eq, default = rest.strip().partition("=")
             args[name] = default.strip().strip('"') if eq else ""
     return args
+
+
+def retarget_base(dockerfile: Path, old_tag: str, new_tag: str) -> bool:
+    """Point the Dockerfile's base image at a new release (after a rebase).
+
+    The digest pinned for the old tag no longer applies, so it is cleared; the
+    README says how to pin the new one. Returns whether the file changed.
+    """
+    if not dockerfile.exists():
+        return False
+    text = dockerfile.read_text()
+    new = re.sub(r"(?m)^ARG VLLM_BASE_TAG=.*$", f"ARG VLLM_BASE_TAG={new_tag}", text)
+    new = re.sub(r"(?m)^ARG VLLM_BASE_DIGEST=.*$", "ARG VLLM_BASE_DIGEST=", new)
+    if old_tag:
+        new = new.replace(f"vllm/vllm-openai:{old_tag}", f"vllm/vllm-openai:{new_tag}")
+    if new == text:
+        return False
+    write_atomic(dockerfile, new.encode())
+    return True
 
 
 def _logical_lines(text: str) -> list[str]:

@@ -18,6 +18,7 @@ from . import check as check_mod
 from .compiled_changes import changed_compiled_inputs
 from .errors import ForkError
 from .gitutil import FIXED_EMAIL, out
+from .docker import retarget_base
 from .pin import save_pin
 from .queue import export
 from .rebase_classify import DROPPED, SKIPPED
@@ -67,10 +68,11 @@ def commit_on_branch(root: Path, branch: str, message: str) -> str:
     before = out(root, "rev-parse", "--abbrev-ref", "HEAD")
     _user_git(root, "checkout", "--quiet", "-B", branch)
     try:
-        _user_git(root, "add", "-A", "--", "patches", "upstream.toml")
+        paths = ["patches", "upstream.toml"] + (["Dockerfile"] if (root / "Dockerfile").exists() else [])
+        _user_git(root, "add", "-A", "--", *paths)
         msg = Path(out(root, "rev-parse", "--absolute-git-dir")) / "VLLM_FORK_REBASE_MSG"
         msg.write_text(message)
-        _user_git(root, "commit", "--quiet", "--cleanup=verbatim", "-F", str(msg), "--", "patches", "upstream.toml")
+        _user_git(root, "commit", "--quiet", "--cleanup=verbatim", "-F", str(msg), "--", *paths)
         msg.unlink()
     except ForkError:
         _user_git(root, "checkout", "--quiet", before)
@@ -98,6 +100,8 @@ def finish(root: Path, state: RebaseState):
             r.new_name = next(names, "")
     new_pin = new_pin_of(state)
     save_pin(new_pin, root)
+    # The image's base follows the pin: upstream's vllm-openai image of the new release.
+    retarget_base(root / "Dockerfile", old_pin_of(state).tag, new_pin.tag)
     compiled, compiled_source = changed_compiled_inputs(tree, state.old_upstream, state.new_upstream, root)
     problems = check_mod.check(root, source=state.source)
     tests_rc, tests_summary = (None, "--skip-tests")
