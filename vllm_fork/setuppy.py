@@ -45,8 +45,11 @@ class Progress:
 
     def feed(self, line: str) -> None:
         for name, pattern, total in self.stages:
-            if pattern.search(line):
+            if match := pattern.search(line):
                 self.counts[name] += 1
+                if total == 0 and match.groups():  # the line says how far it is, e.g. ninja's [12/345]
+                    done, total = (int(g) for g in match.groups()[:2])
+                    self.counts[name] = done
                 pct = min(100, self.counts[name] * 100 // max(total, 1))
                 if pct // 10 > self.shown[name] // 10 or (pct == 100 and self.shown[name] != 100):
                     self.shown[name] = pct
