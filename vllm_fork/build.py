@@ -175,8 +175,10 @@ def build(
             if reasons:
                 log("fast route: the series changes what it does not handle, so vLLM's precompiled route "
                     "builds the wheel instead (about a minute):\n" + "\n".join(f"  - {r}" for r in reasons))
+            tracked = len(git(tree, "ls-tree", "-r", "--name-only", head, "--", "vllm").stdout.splitlines())
             result = build_precompiled(tree, head, version, params, artifact, entry.members, env,
-                                       out_dir, root / "build", log=log)
+                                       out_dir, root / "build", log=log,
+                                       expected_members=tracked + entry.members + 6)
             wheel = result.path
             with_names = set(result.extracted)
             with zipfile.ZipFile(artifact) as zf:
