@@ -61,6 +61,9 @@ def test_seed_copies_exactly_the_precompiled_members_raw(real_root):
     assert entry.key == RELEASE_KEY
     committed = json.loads((REPO_ROOT / "ops-cache" / "index.json").read_text())["artifacts"][RELEASE_KEY]
     assert entry.sha256 == committed["sha256"]  # seeding is deterministic: same artifact on every machine
+    # the member hashes taken from the official wheel's RECORD are those of the artifact's members
+    computed = hashlib.sha256(opscache._record_bytes(opscache.member_record(artifact))).hexdigest()
+    assert entry.record_sha256 == computed == committed["record_sha256"]
     with zipfile.ZipFile(official_wheel(load_pin(real_root))) as wheel, zipfile.ZipFile(artifact) as art:
         expected = [i for i in wheel.infolist() if is_precompiled_member(i.filename)]
         got = art.infolist()

@@ -84,7 +84,10 @@ def seed_cache(root: Path = REPO_ROOT, tree: Path | None = None, log=log_stderr)
     start = time.perf_counter()
     wheel = seed.official_wheel(pin)
     seeded = seed.make_artifact(wheel, opscache.ops_dir(), log=log)
-    entry, path = opscache.put(key.key, seeded.path, seed.seed_provenance(pin, wheel, seeded), root)
+    # The official wheel was sha256-checked against the pin, so its RECORD is trusted
+    # for the members copied from it byte for byte.
+    entry, path = opscache.put(key.key, seeded.path, seed.seed_provenance(pin, wheel, seeded), root,
+                               record=seeded.record)
     return entry, path, time.perf_counter() - start
 
 
@@ -178,7 +181,9 @@ def build(
             tracked = len(git(tree, "ls-tree", "-r", "--name-only", head, "--", "vllm").stdout.splitlines())
             result = build_precompiled(tree, head, version, params, artifact, entry.members, env,
                                        out_dir, root / "build", log=log,
-                                       expected_members=tracked + entry.members + 6)
+                                       expected_members=tracked + entry.members + 5,
+                                       member_sizes={n: size for n, (_h, size) in
+                                                     opscache.load_member_record(entry, artifact).items()})
             wheel = result.path
             with_names = set(result.extracted)
             with zipfile.ZipFile(artifact) as zf:

@@ -95,7 +95,12 @@ def lookup(key: str, root: Path = REPO_ROOT) -> Entry | None:
 def _index_lock(root: Path):
     path = root / INDEX_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / ".index.json.lock", "w") as lock:
+    # The lock lives in the cache, not the clone (nothing to ignore or commit); it is
+    # per index file, resolved, so clones sharing one index through a link share it.
+    locks = cache_dir() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    with open(locks / f"index-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield path
 
@@ -227,10 +232,17 @@ def get(key: str, root: Path = REPO_ROOT, log=print) -> tuple[Entry, Path] | Non
     )
 
 
-def put(key: str, artifact_tmp: Path, provenance: dict, root: Path = REPO_ROOT) -> tuple[Entry, Path]:
-    """Store a finished artifact (a temp file, moved) under `key` and record it in the index."""
+def put(key: str, artifact_tmp: Path, provenance: dict, root: Path = REPO_ROOT,
+        record: dict[str, tuple[str, int]] | None = None) -> tuple[Entry, Path]:
+    """Store a finished artifact (a temp file, moved) under `key` and record it in the index.
+
+    `record` (member -> b64 sha256, size) may come from a verified source, e.g. the
+    RECORD of the sha256-checked official wheel the members were copied from raw;
+    otherwise every member is inflated and hashed here.
+    """
     sha256 = sha256_file(artifact_tmp)
-    record = member_record(artifact_tmp)
+    if record is None:
+        record = member_record(artifact_tmp)
     record_data = _record_bytes(record)
     entry = Entry(
         key=key,

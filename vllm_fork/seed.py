@@ -70,6 +70,22 @@ class Seeded:
     members: int
     compressed_bytes: int
     seconds: float
+    record: dict[str, tuple[str, int]] | None = None  # from the source wheel's RECORD
+
+
+def _wheel_record(src_zip: zipfile.ZipFile, names: set[str]) -> dict[str, tuple[str, int]] | None:
+    """sha256 and size of `names` from the wheel's RECORD; None if it lacks any of them."""
+    import csv
+    import io
+
+    records = [n for n in src_zip.namelist() if n.endswith(".dist-info/RECORD")]
+    if len(records) != 1:
+        return None
+    found = {}
+    for row in csv.reader(io.StringIO(src_zip.read(records[0]).decode())):
+        if len(row) == 3 and row[0] in names and row[1].startswith("sha256="):
+            found[row[0]] = (row[1].removeprefix("sha256="), int(row[2]))
+    return found if set(found) == names else None
 
 
 def make_artifact(wheel: Path, workdir: Path, log=print) -> Seeded:
@@ -77,6 +93,10 @@ def make_artifact(wheel: Path, workdir: Path, log=print) -> Seeded:
     start = time.perf_counter()
     with zipfile.ZipFile(wheel) as src_zip:
         infos = [i for i in src_zip.infolist() if is_precompiled_member(i.filename)]
+        record = _wheel_record(src_zip, {i.filename for i in infos})
+        # Sizes must agree with the central directory, or the RECORD is not trusted.
+        if record and any(record[i.filename][1] != i.file_size for i in infos):
+            record = None
     fd, tmp_name = tempfile.mkstemp(dir=workdir, prefix=".seed.", suffix=".zip")
     tmp = Path(tmp_name)
     import os
@@ -92,7 +112,7 @@ def make_artifact(wheel: Path, workdir: Path, log=print) -> Seeded:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return Seeded(tmp, len(infos), copied, time.perf_counter() - start)
+    return Seeded(tmp, len(infos), copied, time.perf_counter() - start, record)
 
 
 def official_wheel(pin: Pin) -> Path:

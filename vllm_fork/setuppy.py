@@ -35,27 +35,38 @@ def setup_env(params: dict[str, str], version: str, precompiled_wheel: Path | No
 
 
 class Progress:
-    """Counts lines matching a pattern against an expected total; prints a line every few percent."""
+    """Progress of a long setup.py run, from its output lines; prints a line every 10%.
 
-    def __init__(self, stages: list[tuple[str, re.Pattern, int]], log: Callable[[str], None]) -> None:
-        self.stages, self.log = stages, log
-        self.counts = {name: 0 for name, _, _ in stages}
-        self.shown = {name: -1 for name, _, _ in stages}
+    Each stage is (name, pattern, total) or (name, pattern, total, weights): with
+    weights, a matching line counts weights[group(1)] (e.g. bytes of a wheel member,
+    so a 500 MB .so counts for what it costs), else 1. Total 0 means the line says
+    how far it is itself, like ninja's `[12/345]`.
+    """
+
+    def __init__(self, stages: list[tuple], log: Callable[[str], None]) -> None:
+        self.stages = [s if len(s) == 4 else (*s, None) for s in stages]
+        self.log = log
+        self.counts = {s[0]: 0 for s in self.stages}
+        self.shown = {s[0]: -1 for s in self.stages}
         self.start = time.monotonic()
 
     def feed(self, line: str) -> None:
-        for name, pattern, total in self.stages:
-            if match := pattern.search(line):
+        for name, pattern, total, weights in self.stages:
+            match = pattern.search(line)
+            if not match:
+                continue
+            if total == 0 and match.groups():
+                done, total = (int(g) for g in match.groups()[:2])
+                self.counts[name] = done
+            elif weights is not None:
+                self.counts[name] += weights.get(match.group(1), weights.get("", 1))
+            else:
                 self.counts[name] += 1
-                if total == 0 and match.groups():  # the line says how far it is, e.g. ninja's [12/345]
-                    done, total = (int(g) for g in match.groups()[:2])
-                    self.counts[name] = done
-                pct = min(100, self.counts[name] * 100 // max(total, 1))
-                if pct // 10 > self.shown[name] // 10 or (pct == 100 and self.shown[name] != 100):
-                    self.shown[name] = pct
-                    self.log(f"  {name}: {pct:3d}% ({self.counts[name]}/{total}) "
-                             f"{time.monotonic() - self.start:5.1f}s")
-                return
+            pct = min(100, self.counts[name] * 100 // max(total, 1))
+            if pct // 10 > self.shown[name] // 10:
+                self.shown[name] = pct
+                self.log(f"  {name}: {pct:3d}%  {time.monotonic() - self.start:5.1f}s")
+            return
 
 
 def run_setup(env_: BuildEnv, cwd: Path, args: list[str], env: dict[str, str],

@@ -22,7 +22,10 @@ from .gitutil import git
 from .setuppy import Progress, log_stderr, run_setup, setup_env
 
 _EXTRACT = re.compile(r"^\[extract\] (.+)$")
-_ADDING = re.compile(r"^adding '")
+_ADDING = re.compile(r"^adding '([^']+)'")
+_COPYING = re.compile(r"^copying ")
+#: Weight of a wheel member whose size is not known in advance (a Python file).
+_SMALL = 16 << 10
 
 
 @dataclass(frozen=True)
@@ -58,15 +61,24 @@ def _take_wheel(dist: Path, out_dir: Path) -> Path:
 def build_precompiled(
     tree: Path, commit: str, version: str, params: dict[str, str], artifact: Path,
     artifact_members: int, env: BuildEnv, out_dir: Path, work_parent: Path, log=log_stderr,
-    expected_members: int | None = None,
+    expected_members: int | None = None, member_sizes: dict[str, int] | None = None,
 ) -> SetupResult:
     """setup.py bdist_wheel with VLLM_USE_PRECOMPILED=1 and the artifact as the precompiled wheel."""
     start = time.perf_counter()
     scratch = _scratch_clone(tree, commit, work_parent)
     try:
         log(f"precompiled route: vLLM's setup.py in {scratch} (takes about a minute on 2 cores)")
-        stages = [("extract compiled members", _EXTRACT, artifact_members)]
-        stages.append(("write wheel members", _ADDING, expected_members or artifact_members))
+        expected = expected_members or artifact_members
+        sizes = dict(member_sizes or {})
+        others = max(expected - len(sizes), 0)
+        sizes[""] = _SMALL
+        stages = [
+            ("extract compiled members", _EXTRACT, artifact_members),
+            # build_py, then install into the bdist dir: each copies every file once
+            ("copy files into setuptools' build dirs", _COPYING, 2 * expected),
+            ("compress wheel members (by bytes)", _ADDING, sum(member_sizes.values()) + others * _SMALL
+             if member_sizes else expected, sizes if member_sizes else None),
+        ]
         lines = run_setup(
             env, scratch / "vllm",
             _bdist_args(params["platform_tag"], scratch / "dist"),
