@@ -9,8 +9,10 @@ from invoke import Collection, Exit, task
 from vllm_fork import check as check_mod
 from vllm_fork import queue
 from vllm_fork import tasks_build
+from vllm_fork import tasks_docker
 from vllm_fork.errors import ForkError
 from vllm_fork.status import status_report
+from vllm_fork.tasks_rebase import rebase
 
 
 def _run(fn, *args, **kwargs):
@@ -73,3 +75,5 @@ def status(c, source=None):
 
 
 ns = Collection(apply, export, check, status, tasks_build.build, tasks_build.verify, tasks_build.ops)
+ns.add_task(tasks_docker.docker)
+ns.add_task(rebase)

@@ -86,7 +86,7 @@ def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = N
             readable.append(patch)
     upstream = ensure_upstream(pin, source)
     tree = root / "build" / ".check-tree"
-    prepare_tree(tree, upstream, pin.tag, force=True)
+    prepare_tree(tree, upstream, pin.tag, force=True, borrow_objects=True)
     failed = apply_problems(tree, readable)
     problems += failed
     if not failed and not series_problems(pdir) and len(readable) == len(entries):

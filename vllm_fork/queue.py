@@ -129,8 +129,15 @@ def ensure_clean(tree: Path, force: bool) -> None:
         )
 
 
-def prepare_tree(tree: Path, upstream: Upstream, tag: str, force: bool = False) -> None:
-    """Check out the upstream commit on branch `patched` in `tree` (created if needed)."""
+def prepare_tree(
+    tree: Path, upstream: Upstream, tag: str, force: bool = False, borrow_objects: bool = False
+) -> None:
+    """Check out the upstream commit on branch `patched` in `tree` (created if needed).
+
+    `borrow_objects` points the tree at the cache repo's objects (as `git clone
+    --shared` does) instead of copying them: for scratch trees only, since such a
+    tree breaks if the cache is wiped.
+    """
     ensure_clean(tree, force)
     if not (tree / ".git").exists():
         tree.mkdir(parents=True, exist_ok=True)
@@ -138,10 +145,15 @@ def prepare_tree(tree: Path, upstream: Upstream, tag: str, force: bool = False) 
     elif operation_in_progress(tree):
         git(tree, "am", "--abort", check=False)
         git(tree, "rebase", "--abort", check=False)
+    if borrow_objects:
+        alternates = _gitdir(tree) / "objects" / "info" / "alternates"
+        alternates.parent.mkdir(parents=True, exist_ok=True)
+        alternates.write_text(f"{upstream.repo / 'objects'}\n")
     if rev(tree, upstream.commit) is None:
         git(tree, "fetch", "--quiet", "--no-tags", str(upstream.repo), upstream.commit)
     git(tree, "update-ref", UPSTREAM_REF, upstream.commit)
-    git(tree, "tag", "--force", tag, upstream.commit)
+    if tag:  # a pin on a bare commit has no tag
+        git(tree, "tag", "--force", tag, upstream.commit)
     git(tree, "checkout", "--quiet", "--force", "-B", BRANCH, upstream.commit)
     git(tree, "clean", "-fdxq")
 
