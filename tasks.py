@@ -8,6 +8,7 @@ from invoke import Collection, Exit, task
 
 from vllm_fork import check as check_mod
 from vllm_fork import queue
+from vllm_fork import tasks_build
 from vllm_fork import tasks_docker
 from vllm_fork.errors import ForkError
 from vllm_fork.status import status_report
@@ -73,6 +74,6 @@ def status(c, source=None):
     print(_run(status_report, source=source))
 
 
-ns = Collection(apply, export, check, status)
+ns = Collection(apply, export, check, status, tasks_build.build, tasks_build.verify, tasks_build.ops)
 ns.add_task(tasks_docker.docker)
 ns.add_task(rebase)

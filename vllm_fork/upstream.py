@@ -38,7 +38,11 @@ def upstream_repo() -> Path:
     repo = cache_dir() / "upstream" / "vllm.git"
     if not (repo / "HEAD").exists():
         repo.parent.mkdir(parents=True, exist_ok=True)
-        git(None, "init", "-q", "--bare", str(repo))
+        # Two builds starting on a fresh cache would both `git init` it; one fails.
+        with open(repo.parent / ".init.lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            if not (repo / "HEAD").exists():
+                git(None, "init", "-q", "--bare", str(repo))
     return repo
 
 
