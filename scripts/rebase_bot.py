@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--to", help="a version, tag or commit instead of the newest release")
     ap.add_argument("--source", choices=("pypi", "git"))
     ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--seed", action="store_true",
+                    help="seed the ops cache when the compiled inputs changed (publish it with `invoke ops.publish`)")
     ap.add_argument("--root", type=Path, default=ROOT, help="the fork checkout (default: this one)")
     ap.add_argument("--no-publish", action="store_true", help="never push or touch pull requests")
     args = ap.parse_args(argv)
@@ -115,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         log(f"rebasing vLLM {pin.version} -> {target}")
         outcome = rebase.start(root, to=target, source=args.source,
-                               options=Options(run_tests=not args.skip_tests, replace_branch=True))
+                               options=Options(run_tests=not args.skip_tests, replace_branch=True,
+                                               seed=args.seed))
     except ForkError as exc:
         log(f"error: {exc}")
         return 1

@@ -37,6 +37,7 @@ class Checks:
     compiled_changed: list[str]
     compiled_source: str
     seconds: float = 0.0
+    seeded: str = ""  # the ops artifact made for the new release, when --seed made one
 
 
 def run_tests(root: Path, cmd: str) -> tuple[int | None, str]:
@@ -68,7 +69,9 @@ def commit_on_branch(root: Path, branch: str, message: str) -> str:
     before = out(root, "rev-parse", "--abbrev-ref", "HEAD")
     _user_git(root, "checkout", "--quiet", "-B", branch)
     try:
-        paths = ["patches", "upstream.toml"] + (["Dockerfile"] if (root / "Dockerfile").exists() else [])
+        paths = ["patches", "upstream.toml"] + [
+            p for p in ("Dockerfile", "ops-cache/index.json") if (root / p).exists()
+        ]
         _user_git(root, "add", "-A", "--", *paths)
         msg = Path(out(root, "rev-parse", "--absolute-git-dir")) / "VLLM_FORK_REBASE_MSG"
         msg.write_text(message)
@@ -78,6 +81,16 @@ def commit_on_branch(root: Path, branch: str, message: str) -> str:
         _user_git(root, "checkout", "--quiet", before)
         raise
     return out(root, "rev-parse", "HEAD")
+
+
+def _seed_if_needed(root: Path, tree: Path, state: RebaseState) -> str:
+    """With --seed: make the new release's ops artifact from its official wheel."""
+    if not state.options.seed:
+        return ""
+    from .build import seed_cache
+
+    entry, _, seconds = seed_cache(root, tree)
+    return f"key {entry.key[:16]}… → {entry.file} ({seconds:.1f} s)"
 
 
 def finish(root: Path, state: RebaseState):
@@ -103,13 +116,14 @@ def finish(root: Path, state: RebaseState):
     # The image's base follows the pin: upstream's vllm-openai image of the new release.
     retarget_base(root / "Dockerfile", old_pin_of(state).tag, new_pin.tag)
     compiled, compiled_source = changed_compiled_inputs(tree, state.old_upstream, state.new_upstream, root)
+    seeded = _seed_if_needed(root, tree, state) if compiled else ""
     problems = check_mod.check(root, source=state.source)
     tests_rc, tests_summary = (None, "--skip-tests")
     cmd = state.options.tests_cmd or DEFAULT_TESTS
     if state.options.run_tests:
         tests_rc, tests_summary = run_tests(root, cmd)
     checks = Checks(problems, cmd, tests_rc, tests_summary, compiled, compiled_source,
-                    time.monotonic() - started)
+                    time.monotonic() - started, seeded)
     report = success_report(state, old_pin_of(state), new_pin, checks)
     path = _write_report(root, report)
     branch = commit = ""

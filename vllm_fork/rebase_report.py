@@ -87,6 +87,10 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks) -> str:
         out.append(f"**Changed** between the two upstreams ({len(checks.compiled_changed)} file(s), list: "
                    f"{checks.compiled_source}). The ops cache has no artifact for {new.version} yet: seed it "
                    f"from the official wheel `{new.wheel.filename or '(none on the index)'}` before building.")
+        if checks.seeded:
+            out.append(f"Seeded by this rebase (`--seed`): {checks.seeded}; `ops-cache/index.json` is in the commit.")
+        else:
+            out.append("Seed it with `invoke ops.seed` on this branch (or `invoke rebase --seed`).")
         out.append("")
         out += [f"- `{p}`" for p in shown] + ([f"- … and {more} more"] if more else [])
     else:

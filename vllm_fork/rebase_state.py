@@ -30,6 +30,7 @@ class Options:
     tests_cmd: str = ""
     commit: bool = True
     replace_branch: bool = False
+    seed: bool = False  # seed the ops cache when the compiled inputs changed
 
 
 @dataclass

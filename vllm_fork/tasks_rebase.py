@@ -36,10 +36,11 @@ def _print_outcome(outcome: rebase_mod.Outcome) -> None:
         "tests_cmd": "the test command to run (default: pytest -m 'not slow')",
         "no_commit": "leave the result uncommitted in the checkout instead of on rebase/<version>",
         "replace_branch": "rebuild rebase/<version> if it already exists (the bot does)",
+        "seed": "when the compiled inputs changed, seed the ops cache from the new release's official wheel",
     },
 )
 def rebase(c, to=None, latest=False, continue_=False, abort=False, source=None, remote=None,
-           skip_tests=False, tests_cmd=None, no_commit=False, replace_branch=False):
+           skip_tests=False, tests_cmd=None, no_commit=False, replace_branch=False, seed=False):
     """Rebase patches/ onto a new upstream; classify every patch; commit on rebase/<version>."""
     try:
         if abort:
@@ -51,7 +52,7 @@ def rebase(c, to=None, latest=False, continue_=False, abort=False, source=None, 
             outcome = rebase_mod.continue_()
         else:
             options = Options(run_tests=not skip_tests, tests_cmd=tests_cmd or "",
-                              commit=not no_commit, replace_branch=replace_branch)
+                              commit=not no_commit, replace_branch=replace_branch, seed=seed)
             outcome = rebase_mod.start(to=to, latest=latest, source=source, remote=remote, options=options)
     except ForkError as exc:
         print(f"error: {exc}", file=sys.stderr)
