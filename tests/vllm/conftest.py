@@ -7,6 +7,7 @@ runtime dependencies are in `requirements/vllm-cpu-tests.txt`.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -51,10 +52,8 @@ def _let_torchvision_import_without_its_ops() -> None:
         pass
     schema = "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"
     for op in ("nms", "qnms"):
-        try:
+        with contextlib.suppress(RuntimeError):  # already defined
             torch.library.define(f"torchvision::{op}", schema)
-        except RuntimeError:
-            pass  # already defined
 
 
 _let_torchvision_import_without_its_ops()
