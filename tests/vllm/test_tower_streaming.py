@@ -49,6 +49,7 @@ class Tower(nn.Module):
         self.side = nn.ModuleList([Block(dim)])  # runs after blocks[1]
         self.head = nn.Linear(dim, 4)
         self.register_buffer("offset", torch.full((dim,), 0.5))
+        self.use_side = True
 
     @property
     def device(self) -> torch.device:
@@ -59,7 +60,7 @@ class Tower(nn.Module):
         h = h + self.offset
         for i, block in enumerate(self.blocks):
             h = block(h)
-            if i == 1 and len(self.side) > 0:
+            if i == 1 and self.use_side and len(self.side) > 0:
                 h = h + self.side[0](h)
         return self.head(h)
 
@@ -198,8 +199,10 @@ def test_next_units_are_learned_and_kept_in_flight():
     assert seen == [(name, []) for name in order]
     name_of = {u.index: u.spec.name for u in streamed.units}
     learned = {name_of[a]: name_of[b] for a, b in streamed._successor.items()}
+    # The tower's own parameter (`scale`) is onloaded for the whole encode,
+    # apart from the sequence.
+    assert name_of[streamed._first] == "embed"
     assert learned == {
-        "": "embed",
         "embed": "blocks.0",
         "blocks.0": "blocks.1",
         "blocks.1": "side.0",
@@ -231,8 +234,32 @@ def test_lookahead_bounds_the_units_in_flight():
     seen.clear()
     encode(tower, x)
     assert seen[0] == ("blocks.0", ["blocks.1", "blocks.2"])
+    # The device memory of an encode: lookahead + 1 slots of the largest unit.
+    largest = max(u.nbytes for u in streamer.towers[0].units if u.spec.recurse)
+    assert streamer.towers[0]._ring is None  # none between encodes
+    memory: list[int] = []
+    tower.blocks[0].probe = lambda: memory.append(
+        streamer.towers[0]._ring.memory.numel()
+    )
+    encode(tower, x)
+    assert memory == [3 * largest]
     assert all(len(in_flight) <= 2 for _, in_flight in seen)
     assert seen[-1] == ("blocks.5", ["head"])
+
+
+def test_a_changed_order_is_computed_right_and_relearned():
+    x = torch.randn(3, 8)
+    tower = make_tower()
+    reference = {}
+    for flag in (True, False):
+        tower.use_side = flag
+        reference[flag] = encode(tower, x)
+    streamer = TowerStreamer(lookahead=2)
+    streamer.wrap(tower, "visual")
+    for flag in (True, True, False, False, True):
+        tower.use_side = flag  # the prefetched `side.0` is not used / missing
+        assert torch.equal(encode(tower, x), reference[flag]), flag
+    assert streamer.towers[0].in_flight_units == []
 
 
 def test_unit_called_outside_an_encode_is_onloaded_alone():
