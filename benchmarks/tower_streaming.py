@@ -176,7 +176,7 @@ def measure(
             None if reference is None else bool(torch.equal(out, reference))
         ),
     }
-    del tower, keep
+    tower = keep = None  # free the tower (and its offloader) before the next mode
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     return result, out
@@ -188,7 +188,7 @@ def h2d_floor(tower_bytes: int, args: argparse.Namespace) -> dict:
     device = torch.empty(tower_bytes, dtype=torch.uint8, device="cuda")
     times = time_ms(lambda: device.copy_(host, non_blocking=True), 2, args.iters)
     median = statistics.median(times)
-    del host, device
+    host = device = None
     torch.cuda.empty_cache()
     return {
         "tower_bytes": tower_bytes,

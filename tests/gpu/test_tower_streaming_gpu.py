@@ -290,7 +290,7 @@ def test_decoder_layer_prefetch_alongside(vllm_state):
         layers = [DecoderLayer(dim).to(torch.bfloat16) for _ in range(6)]
         reference_layers = [DecoderLayer(dim).to(torch.bfloat16) for _ in range(6)]
         hidden = torch.randn(64, dim, dtype=torch.bfloat16)
-    for layer, ref in zip(layers, reference_layers):
+    for layer, ref in zip(layers, reference_layers, strict=False):
         ref.load_state_dict(layer.state_dict())
     tower = build_tower(depth=4, deepstack_visual_indexes=[1, 2])
     x = image()
