@@ -21,6 +21,7 @@ Markdown table next to it, with the command that produced them.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -64,13 +65,10 @@ def vision_config():
     )
 
 
-def init_vllm():
-    from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
+def init_vllm() -> None:
+    """Distributed state for one GPU (under the current vLLM config)."""
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
 
-    config = VllmConfig(compilation_config=CompilationConfig(custom_ops=["none"]))
-    context = set_current_vllm_config(config)
-    context.__enter__()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -142,6 +140,9 @@ def measure(
     args: argparse.Namespace,
 ) -> tuple[dict, torch.Tensor]:
     """Build a tower, apply `prepare` (the offloading), time its encodes."""
+    # vLLM modules hold reference cycles (bound methods): collect the last
+    # mode's tower now, not in the middle of this one's measurement.
+    gc.collect()
     torch.cuda.empty_cache()
     baseline = torch.cuda.memory_allocated()
     tower = build_tower()
@@ -178,8 +179,9 @@ def measure(
     }
     tower = keep = None  # free the tower (and its offloader) before the next mode
     torch.cuda.synchronize()
+    gc.collect()
     torch.cuda.empty_cache()
-    return result, out
+    return result, (out if reference is None else None)
 
 
 def h2d_floor(tower_bytes: int, args: argparse.Namespace) -> dict:
@@ -211,7 +213,15 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("tower_streaming.py needs a CUDA GPU")
 
-    init_vllm()
+    from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
+
+    config = VllmConfig(compilation_config=CompilationConfig(custom_ops=["none"]))
+    with set_current_vllm_config(config):
+        init_vllm()
+        run_all(args)
+
+
+def run_all(args: argparse.Namespace) -> None:
     from vllm.model_executor.offloader import PrefetchOffloader, UVAOffloader
 
     x = image()

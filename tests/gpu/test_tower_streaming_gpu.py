@@ -6,6 +6,7 @@ H200 test machine). Random bf16 weights; no downloads.
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 
@@ -135,6 +136,7 @@ def resident_run(vllm_state):
     activation_peak = torch.cuda.max_memory_allocated() - before
     tower_bytes = param_bytes_on_gpu(tower)
     del tower
+    gc.collect()  # vLLM modules hold reference cycles (bound methods)
     torch.cuda.empty_cache()
     return {
         "x": x,
@@ -146,6 +148,8 @@ def resident_run(vllm_state):
 
 @pytest.fixture(scope="module")
 def streamed_tower(vllm_state, resident_run):
+    gc.collect()
+    torch.cuda.empty_cache()
     baseline = torch.cuda.memory_allocated()
     tower = build_tower()
     offloader = streamed(tower)
