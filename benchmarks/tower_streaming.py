@@ -180,7 +180,8 @@ def measure(
         "encode_extra_over_between_mib": peak_over_between / MiB,
         "bit_identical_to_resident": identical,
     }
-    tower = keep = None  # free the tower (and its offloader) before the next mode
+    del keep  # the offloader
+    tower = None  # free the tower before the next mode (the closure holds it)
     torch.cuda.synchronize()
     gc.collect()
     torch.cuda.empty_cache()
