@@ -85,8 +85,8 @@ def is_repo(path: Path) -> bool:
 
 def dirty_paths(tree: Path) -> list[str]:
     """Uncommitted changes in a work tree, untracked files included."""
-    status = out(tree, "status", "--porcelain", "--untracked-files=normal")
-    return [line[3:] for line in status.splitlines()]
+    status = git(tree, "status", "--porcelain", "--untracked-files=normal").stdout
+    return [line[3:] for line in status.splitlines() if line.strip()]
 
 
 def operation_in_progress(tree: Path) -> str | None:

@@ -1,0 +1,101 @@
+"""Speed of the patch queue on the real vLLM sdist, against what a user would do by hand.
+
+    python benchmarks/queue_speed.py [--out benchmarks/results/queue_speed.json]
+
+Measured in one run, downloads excluded (the sdist is taken from the shared cache):
+- sdist import (git fast-import, deterministic) vs. `tar x` + `git add -f -A` + `git commit`;
+- `invoke apply` cold (new tree) and warm (tree exists), vs. a fresh `git clone` + `git am`;
+- `invoke check`, cold (first scratch tree) and warm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from vllm_fork import check as check_mod  # noqa: E402
+from vllm_fork import queue  # noqa: E402
+from vllm_fork.download import fetch  # noqa: E402
+from vllm_fork.pin import load_pin  # noqa: E402
+from vllm_fork.series import read_series  # noqa: E402
+from vllm_fork.upstream import import_sdist, upstream_repo  # noqa: E402
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def naive_import(sdist: Path, work: Path) -> None:
+    work.mkdir()
+    subprocess.run(["tar", "xzf", str(sdist), "-C", str(work), "--strip-components=1"], check=True)
+    env = dict(os.environ, GIT_AUTHOR_NAME="x", GIT_AUTHOR_EMAIL="x@x", GIT_COMMITTER_NAME="x",
+               GIT_COMMITTER_EMAIL="x@x")
+    for args in (["init", "-q"], ["add", "-f", "-A"], ["commit", "-qm", "import"]):
+        subprocess.run(["git", "-C", str(work), *args], check=True, env=env)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "queue_speed.json")
+    args = parser.parse_args()
+    pin = load_pin()
+    sdist = fetch("vllm", pin.sdist.filename, pin.sdist.sha256)  # cached: excluded from timings
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        os.environ["VLLM_FORK_CACHE"] = str(tmp / "cache")
+        results["import_fast_import_s"] = timed(
+            lambda: import_sdist(sdist, upstream_repo(), pin.version, pin.sdist.sha256)
+        )
+        results["import_tar_git_add_s"] = timed(lambda: naive_import(sdist, tmp / "naive"))
+        # A scratch fork checkout, so the real build/vllm is left alone.
+        root = tmp / "fork"
+        root.mkdir()
+        shutil.copy(REPO / "upstream.toml", root)
+        shutil.copytree(REPO / "patches", root / "patches")
+        results["apply_cold_s"] = timed(lambda: queue.apply(root))
+        results["apply_warm_s"] = timed(lambda: queue.apply(root))
+        patches = [str(p) for p in read_series(root / "patches")]
+
+        def clone_and_am() -> None:
+            dest = tmp / "by-hand"
+            shutil.rmtree(dest, ignore_errors=True)
+            subprocess.run(["git", "clone", "-q", str(tmp / "naive"), str(dest)], check=True)
+            subprocess.run(["git", "-C", str(dest), "-c", "user.name=x", "-c", "user.email=x@x",
+                            "am", "-q", *patches], check=True)
+
+        results["clone_and_am_by_hand_s"] = timed(clone_and_am)
+        results["check_cold_s"] = timed(lambda: check_mod.check(root))
+        results["check_warm_s"] = timed(lambda: check_mod.check(root))
+    results = {k: round(v, 3) for k, v in results.items()}
+    results["ratio_import_naive_over_fast"] = round(
+        results["import_tar_git_add_s"] / results["import_fast_import_s"], 2)
+    results["ratio_by_hand_over_warm_apply"] = round(
+        results["clone_and_am_by_hand_s"] / results["apply_warm_s"], 2)
+    record = {
+        "command": "python benchmarks/queue_speed.py",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "upstream": pin.sdist.filename,
+        "patches": len(patches),
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps(record, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The queue on the real vLLM sdist (downloaded once into the shared cache)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tarfile
+
+import pytest
+
+from vllm_fork import check as check_mod
+from vllm_fork import queue
+from vllm_fork.download import fetch
+from vllm_fork.paths import REPO_ROOT
+from vllm_fork.pin import load_pin
+from vllm_fork.upstream import ensure_upstream
+
+pytestmark = pytest.mark.slow
+
+#: The upstream commit the deterministic import of vllm-0.33.0.tar.gz yields on every machine.
+IMPORTED_0_33_0 = "24696b911470aefe13d0de56f80eea5fad8a5f33"
+
+
+@pytest.fixture(scope="module")
+def pin():
+    return load_pin(REPO_ROOT)
+
+
+@pytest.fixture
+def fork_copy(tmp_path):
+    """This repository's pin and patches, in a scratch checkout."""
+    root = tmp_path / "fork"
+    root.mkdir()
+    shutil.copy(REPO_ROOT / "upstream.toml", root)
+    shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    return root
+
+
+def test_import_is_exactly_the_sdist_and_the_same_everywhere(pin):
+    up = ensure_upstream(pin, "pypi")
+    if pin.version == "0.33.0":
+        assert up.commit == IMPORTED_0_33_0
+    sdist = fetch("vllm", pin.sdist.filename, pin.sdist.sha256)
+    with tarfile.open(sdist) as tar:
+        shipped = sorted(
+            m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile() or m.issym()
+        )
+    tracked = subprocess.run(
+        ["git", "-C", str(up.repo), "ls-tree", "-r", "--name-only", up.commit],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    assert sorted(tracked) == shipped
+    # Shipped although the sdist's own .gitignore matches them.
+    for path in ("vllm/vllm_flash_attn/.gitkeep", "vllm/model_executor/kernels/linear/mxfp4/rdna3_hip.py"):
+        assert path in tracked
+
+
+def test_real_series_applies_checks_and_round_trips(fork_copy):
+    head = queue.apply(fork_copy)
+    tree = fork_copy / "build" / "vllm"
+    subjects = subprocess.run(
+        ["git", "-C", str(tree), "log", "--format=%s", "refs/fork/upstream..HEAD"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    assert len(subjects) == len((fork_copy / "patches" / "series").read_text().split())
+    assert "default=16" in (tree / "vllm" / "config" / "multimodal.py").read_text()
+    before = {p.name: p.read_bytes() for p in (fork_copy / "patches").iterdir()}
+    assert queue.apply(fork_copy) == head
+    queue.export(tree=tree, root=fork_copy)
+    assert {p.name: p.read_bytes() for p in (fork_copy / "patches").iterdir()} == before
+    assert check_mod.check(fork_copy) == []

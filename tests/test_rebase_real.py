@@ -1,0 +1,93 @@
+"""`invoke rebase` of the real patch queue across real vLLM releases from the package index.
+
+The newest release on the index is the pinned one (0.33.0), so the hop goes to the
+release before it and back again with --latest: both directions of a real release
+hop, each checked against what git itself says about every patch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from vllm_fork import check as check_mod
+from vllm_fork import queue, rebase
+from vllm_fork.gitutil import git
+from vllm_fork.pin import load_pin
+from vllm_fork.rebase_classify import CLEAN, DROPPED, THREE_WAY
+from vllm_fork.rebase_state import Options
+from vllm_fork.rebase_target import latest_version, release_versions
+from vllm_fork.pkgindex import list_files
+from vllm_fork.series import read_series
+from vllm_fork.upstream import ensure_upstream
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def fork_copy(dest: Path) -> Path:
+    """A git checkout holding this repository's queue and pin (the shared cache is reused)."""
+    dest.mkdir()
+    shutil.copytree(REPO / "patches", dest / "patches")
+    shutil.copy2(REPO / "upstream.toml", dest / "upstream.toml")
+    (dest / ".gitignore").write_text("/build/\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "fork"]):
+        subprocess.run(["git", "-C", str(dest), *cmd], check=True, env=env, capture_output=True)
+    return dest
+
+
+def strict_outcomes(tree: Path, upstream: str, patches: list[Path]) -> list[str]:
+    """What plain git says, patch by patch on a scratch index: applies strictly, reverses, or neither."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        git(tree, "read-tree", upstream, env=env)
+        said = []
+        for p in patches:
+            if git(tree, "apply", "--cached", "--check", str(p), env=env, check=False).returncode == 0:
+                git(tree, "apply", "--cached", str(p), env=env)
+                said.append(CLEAN)
+            elif git(tree, "apply", "--cached", "--check", "--reverse", str(p), env=env, check=False).returncode == 0:
+                said.append(DROPPED)
+            else:
+                said.append(THREE_WAY)  # the rebase then needs a 3-way merge (or stops)
+                break
+        return said
+
+
+def test_real_release_hop_and_back(tmp_path):
+    files = list_files("vllm")
+    pin = load_pin(REPO)
+    assert latest_version(files) == pin.version, "a newer vLLM exists: hop forward to it instead"
+    previous = str([v for v in release_versions(files) if str(v) != pin.version][-1])
+    root = fork_copy(tmp_path / "fork")
+    queue.apply(root)
+    original = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
+    original_pin = (root / "upstream.toml").read_bytes()
+    patches = read_series(root / "patches")
+
+    down = rebase.start(root, to=previous, options=Options(run_tests=False))
+    assert down.done, down.report
+    new_up = ensure_upstream(load_pin(root)).commit
+    said = strict_outcomes(root / "build" / "vllm", new_up, patches)
+    got = [r.outcome for r in down.state.results]
+    for i, what in enumerate(said):  # the last strict failure needed a 3-way merge
+        assert got[i] == what if what != THREE_WAY else got[i] in (THREE_WAY, DROPPED)
+    for r in down.state.results:  # the report's table says, per patch, what git did
+        row = next(ln for ln in down.report.splitlines() if f"`{r.name}`" in ln and ln.startswith("| "))
+        assert {"clean": "| clean |", "3-way": "| 3-way merge |", "dropped": "| dropped: already upstream |"}[r.outcome] in row
+    assert load_pin(root).version == previous and f"vllm-{previous}.tar.gz" in down.report
+    assert "## Compiled inputs" in down.report and check_mod.check(root) == []
+
+    up = rebase.start(root, latest=True, options=Options(run_tests=False))
+    assert up.done and load_pin(root).version == pin.version
+    if all(r.outcome == CLEAN for r in down.state.results + up.state.results):
+        # A clean round trip gives back the queue byte for byte.
+        assert {p.name: p.read_bytes() for p in (root / "patches").iterdir()} == original
+    assert (root / "upstream.toml").read_bytes() == original_pin  # same release, same pin, byte for byte
