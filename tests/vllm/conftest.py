@@ -1,8 +1,10 @@
 """Run these tests against the patched vLLM Python tree, on the CPU.
 
-The tree is `$VLLM_FORK_TREE` (default: `build/vllm`, made by `invoke apply`);
-it goes first on `sys.path`, so its `vllm` package is the one imported. The
-runtime dependencies are in `requirements/vllm-cpu-tests.txt`.
+The tree is `$VLLM_FORK_TREE`, else `build/vllm` -- made here with the real
+`apply` (the patch queue on the pinned upstream) when it does not exist yet.
+After changing patches/, run `invoke apply` (or delete build/vllm) so these
+tests see the change. The tree goes first on `sys.path`, so its `vllm` package
+is the one imported. Runtime dependencies: `requirements/vllm-cpu-tests.txt`.
 """
 
 from __future__ import annotations
@@ -14,13 +16,26 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-VLLM_TREE = Path(os.environ.get("VLLM_FORK_TREE", REPO_ROOT / "build" / "vllm"))
 
-if not (VLLM_TREE / "vllm" / "__init__.py").is_file():
-    raise RuntimeError(
-        f"No vLLM tree at {VLLM_TREE}: run `invoke apply` first, or point "
-        "VLLM_FORK_TREE at a patched vLLM source tree."
-    )
+
+def _vllm_tree() -> Path:
+    if "VLLM_FORK_TREE" in os.environ:
+        tree = Path(os.environ["VLLM_FORK_TREE"])
+    else:
+        tree = REPO_ROOT / "build" / "vllm"
+        if not tree.exists():
+            from vllm_fork.queue import apply
+
+            apply(REPO_ROOT)
+    if not (tree / "vllm" / "__init__.py").is_file():
+        raise RuntimeError(
+            f"No vLLM package under {tree}: point VLLM_FORK_TREE at a patched "
+            "vLLM source tree, or unset it to use build/vllm (`invoke apply`)."
+        )
+    return tree
+
+
+VLLM_TREE = _vllm_tree()
 
 # vLLM picks its platform at import: no CUDA here, and the tree is not built.
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -57,3 +72,7 @@ def _let_torchvision_import_without_its_ops() -> None:
 
 
 _let_torchvision_import_without_its_ops()
+
+
+def pytest_report_header(config) -> str:
+    return f"vLLM tree under test: {VLLM_TREE}"
