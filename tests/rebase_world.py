@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import shutil
 import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork import queue
+from vllm_fork.paths import REPO_ROOT
 from vllm_fork.pin import Artifact, Pin, save_pin
 
 ENV = {
@@ -119,6 +121,9 @@ def make_world(tmp: Path) -> World:
     (root / "patches").mkdir(parents=True)
     (root / "patches" / "series").write_text("")
     (root / ".gitignore").write_text("/build/\n")
+    # The ops key's list of compiled inputs, which the rebase report compares.
+    (root / "ops-cache").mkdir()
+    shutil.copy(REPO_ROOT / "ops-cache" / "compiled-inputs.txt", root / "ops-cache")
     # The fork's Dockerfile names upstream's image of the pinned release.
     (root / "Dockerfile").write_text(
         "ARG VLLM_BASE_IMAGE=vllm/vllm-openai\nARG VLLM_BASE_TAG=v1.0.0\n"

@@ -35,6 +35,7 @@ def fork_copy(dest: Path) -> Path:
     dest.mkdir()
     shutil.copytree(REPO / "patches", dest / "patches")
     shutil.copy2(REPO / "upstream.toml", dest / "upstream.toml")
+    shutil.copytree(REPO / "ops-cache", dest / "ops-cache")
     (dest / ".gitignore").write_text("/build/\n")
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t"}
