@@ -215,7 +215,8 @@ def apply(
     pin: Pin | None = None,
 ) -> str:
     """Make the patched tree; return its HEAD. Raises PatchConflict on a failing patch."""
-    tree = tree or default_tree(root)
+    root = root.resolve()  # patch paths are handed to git running inside the tree
+    tree = (tree or default_tree(root)).resolve()
     pin = pin or load_pin(root)
     patches = read_series(default_patches_dir(root))
     for patch in patches:
