@@ -1,6 +1,6 @@
 """Build speed, measured in one run: `python benchmarks/bench_build.py [--skip-precompiled]`.
 
-Figures (seconds unless noted), written to benchmarks/results.json:
+Figures (seconds unless noted), written to benchmarks/results/build.json:
 - key_ms: the ops key of build/vllm (median of 25), in-process
 - seed: `ops.seed` into a cache holding only the downloads and the build env
 - build_warm: `invoke build` (apply + key + cache + fast route + provenance), median of 3, whole CLI
@@ -99,7 +99,7 @@ def main() -> None:
             results["precompiled_over_fast"] = round(slow.record["timings"]["total"] / fast.record["timings"]["total"], 1)
             results["identical_members"] = members(fast.wheel) == members(slow.wheel)
 
-    (ROOT / "benchmarks" / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (ROOT / "benchmarks" / "results" / "build.json").write_text(json.dumps(results, indent=2) + "\n")
     width = max(map(len, results))
     for name, value in results.items():
         print(f"{name:<{width}}  {value}")
