@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fork import docker as img
+from vllm_fork import docker_stage
 from vllm_fork.errors import ForkError
 from vllm_fork.gitutil import git
 from vllm_fork.paths import REPO_ROOT
@@ -254,7 +255,7 @@ def test_seed_cache_adds_only_what_is_missing(tmp_path):
     (seed / "downloads" / "b").write_bytes(b"seed-b")
     (cache / "downloads").mkdir(parents=True)
     (cache / "downloads" / "a").write_bytes(b"cached-a")
-    added = img.seed_cache(seed, cache)
+    added = docker_stage.seed_cache(seed, cache)
     assert added == [Path("downloads/b")]
     assert (cache / "downloads" / "a").read_bytes() == b"cached-a"
     assert (cache / "downloads" / "b").read_bytes() == b"seed-b"
@@ -271,12 +272,12 @@ def test_collect_and_export_ops_inside_the_stage(tmp_path):
     artifact.write_bytes(b"compiled")
     record["ops"]["artifact"]["sha256"] = hashlib.sha256(b"compiled").hexdigest()
     (dist / (WHEEL + ".provenance.json")).write_text(json.dumps(record))
-    assert img.main(["collect", str(dist), str(out)]) == 0
+    assert docker_stage.main(["collect", str(dist), str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [WHEEL, WHEEL + ".provenance.json"]
-    assert img.main(["export-ops", str(out / (WHEEL + ".provenance.json")), str(cache), str(tmp_path / "ops")]) == 0
+    assert docker_stage.main(["export-ops", str(out / (WHEEL + ".provenance.json")), str(cache), str(tmp_path / "ops")]) == 0
     assert (tmp_path / "ops" / "ops" / "ff" / "ops-ffff.zip").read_bytes() == b"compiled"
     make_wheel(dist, "0.33.0+fork.other")
-    assert img.main(["collect", str(dist), str(tmp_path / "out2")]) == 1  # two wheels: refuse
+    assert docker_stage.main(["collect", str(dist), str(tmp_path / "out2")]) == 1  # two wheels: refuse
 
 
 # The Dockerfile's delta and final stages are run for real in tests/test_image_delta.py.

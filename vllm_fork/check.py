@@ -11,7 +11,7 @@ from .patchfile import parse_patch
 from .paths import REPO_ROOT, patches_dir as default_patches_dir
 from .pin import Pin, load_pin
 from .queue import format_patches, prepare_tree, _conflicts_at
-from .series import SERIES, series_entries, series_problems
+from .series import series_entries, series_problems
 from .upstream import ensure_upstream
 
 #: A body shorter than this cannot say why a change is needed.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import ForkError
-from .gitutil import operation_in_progress, out, rev
+from .gitutil import operation_in_progress, rev
 from .patchfile import parse_patch
 from .paths import REPO_ROOT, default_tree, patches_dir
 from .pin import load_pin
