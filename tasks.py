@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from invoke import Collection, Exit, task
+from invoke import Collection, Exit, Task, task
 
 from vllm_fork import check as check_mod
 from vllm_fork import queue
@@ -24,7 +24,19 @@ def _run(fn, *args, **kwargs):
         raise Exit(code=1) from None
 
 
+class _ApplyTask(Task):
+    """`--3way` as git spells it, besides invoke's own `--three-way`."""
+
+    def get_arguments(self, ignore_unknown_help=None):
+        args = super().get_arguments(ignore_unknown_help)
+        for arg in args:
+            if arg.name == "three_way":
+                arg.names = (*arg.names, "3way")
+        return args
+
+
 @task(
+    klass=_ApplyTask,
     help={
         "source": "where upstream comes from: pypi (default from upstream.toml) or git",
         "remote": "git remote URL or path for --source git (default: upstream.toml)",
