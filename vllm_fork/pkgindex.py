@@ -45,6 +45,21 @@ def _pip_config() -> dict[str, str]:
     return values
 
 
+def _pip_default_index() -> str:
+    """pip's built-in default index, asked of pip in a subprocess.
+
+    Importing pip here would switch off setuptools' distutils shim for the rest of
+    the process (it defers to stdlib distutils once `pip` is imported), which breaks
+    later imports of setuptools, e.g. by vLLM or torch in the same process.
+    """
+    return subprocess.run(
+        [sys.executable, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
 def index_urls() -> list[str]:
     """The index URLs pip would use, primary first."""
     config = _pip_config()
@@ -61,9 +76,7 @@ def index_urls() -> list[str]:
 
     primary = pick("index-url")
     if not primary:
-        from pip._internal.models.index import PyPI  # pip's own default index
-
-        primary = [PyPI.simple_url]
+        primary = [_pip_default_index()]
     urls = primary + pick("extra-index-url")
     return list(dict.fromkeys(u.rstrip("/") + "/" for u in urls))
 
