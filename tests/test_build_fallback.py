@@ -43,7 +43,7 @@ def test_a_requirements_patch_falls_back_to_the_precompiled_route(tmp_path, capf
     result = build(root=root, route="auto")  # applies the exported series again, then builds
 
     err = capfd.readouterr().err
-    assert "fast route: the series changes what it does not handle, so vLLM's precompiled route" in err
+    assert "the fast route falls back to vLLM's precompiled route" in err
     assert "requirements/common.txt: packaging metadata or requirements" in err
     record = result.record
     assert record["route"] == "precompiled" and record["cache"] == "hit"
