@@ -7,21 +7,10 @@ import sys
 from invoke import Collection, Exit, Task, task
 
 from vllm_fork import check as check_mod
-from vllm_fork import queue
-from vllm_fork import tasks_build
-from vllm_fork import tasks_docker
-from vllm_fork.errors import ForkError
+from vllm_fork import queue, tasks_build, tasks_docker
 from vllm_fork.status import status_report
 from vllm_fork.tasks_rebase import rebase
-
-
-def _run(fn, *args, **kwargs):
-    """Call into the package; print a ForkError as the user-facing message."""
-    try:
-        return fn(*args, **kwargs)
-    except ForkError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise Exit(code=1) from None
+from vllm_fork.taskutil import run_or_exit as _run
 
 
 class _ApplyTask(Task):

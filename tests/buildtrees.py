@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from forkrepo import sh
+from forkrepo import sh, write_files
 
 from vllm_fork.paths import REPO_ROOT
 
@@ -22,13 +22,6 @@ VLLM_LIKE = {
     "vllm/config/multimodal.py": "mm_processor_cache_gb = 4\n",
     "docs/index.md": "# docs\n",
 }
-
-
-def write_files(tree: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        target = tree / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
 
 
 def make_tree(path: Path, files: dict[str, str] | None = None, author: str = "Up Stream",

@@ -13,21 +13,31 @@ TAG = "v1.0.0"
 ZERO = "0" * 64
 
 
+#: A fixed identity and date for the commits tests make; user and system git config ignored.
+GIT_ENV = {
+    "PATH": "/usr/bin:/bin:/usr/local/bin",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_AUTHOR_NAME": "Up Stream",
+    "GIT_AUTHOR_EMAIL": "up@example.com",
+    "GIT_COMMITTER_NAME": "Up Stream",
+    "GIT_COMMITTER_EMAIL": "up@example.com",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
+}
+
+
 def sh(cwd: Path, *args: str, input: str | None = None) -> str:
     return subprocess.run(
-        list(args), cwd=cwd, check=True, capture_output=True, text=True, input=input,
-        env={
-            "PATH": "/usr/bin:/bin:/usr/local/bin",
-            "HOME": str(cwd),
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_AUTHOR_NAME": "Up Stream",
-            "GIT_AUTHOR_EMAIL": "up@example.com",
-            "GIT_COMMITTER_NAME": "Up Stream",
-            "GIT_COMMITTER_EMAIL": "up@example.com",
-            "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
-            "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
-        },
+        list(args), cwd=cwd, check=True, capture_output=True, text=True, input=input, env=GIT_ENV
     ).stdout.strip()
+
+
+def write_files(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
 
 
 UPSTREAM_FILES = {
@@ -44,10 +54,7 @@ def make_upstream_repo(path: Path, files: dict[str, str] | None = None) -> Path:
     """A git repository with one commit tagged v1.0.0, standing in for vLLM's remote."""
     path.mkdir(parents=True)
     sh(path, "git", "init", "-q", "-b", "main")
-    for name, text in (files or UPSTREAM_FILES).items():
-        target = path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+    write_files(path, files or UPSTREAM_FILES)
     sh(path, "git", "add", "-A")
     sh(path, "git", "commit", "-qm", "mini 1.0.0")
     sh(path, "git", "tag", "-a", TAG, "-m", TAG)

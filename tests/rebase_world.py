@@ -5,32 +5,14 @@ from __future__ import annotations
 import hashlib
 import io
 import shutil
-import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from forkrepo import ZERO, sh, write_files
 from vllm_fork import queue
 from vllm_fork.paths import REPO_ROOT
 from vllm_fork.pin import Artifact, Pin, save_pin
-
-ENV = {
-    "PATH": "/usr/bin:/bin:/usr/local/bin",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_AUTHOR_NAME": "Up Stream",
-    "GIT_AUTHOR_EMAIL": "up@example.com",
-    "GIT_COMMITTER_NAME": "Up Stream",
-    "GIT_COMMITTER_EMAIL": "up@example.com",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
-    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
-}
-ZERO = "0" * 64
-
-
-def sh(cwd: Path, *args: str) -> str:
-    return subprocess.run(list(args), cwd=cwd, check=True, capture_output=True, text=True, env=ENV).stdout.strip()
-
 
 def config_py(overrides: dict[int, str] | None = None) -> str:
     overrides = overrides or {}
@@ -45,13 +27,6 @@ BASE_FILES = {
     "csrc/ops.cu": "// kernel v1\n",
     "README.md": "mini\n",
 }
-
-
-def write_files(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        target = root / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
 
 
 @dataclass

@@ -8,15 +8,7 @@ from pathlib import Path
 
 from invoke import Collection, Exit, task
 
-from .errors import ForkError
-
-
-def _run(fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs)
-    except ForkError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise Exit(code=1) from None
+from .taskutil import run_or_exit as _run
 
 
 @task(
@@ -54,9 +46,9 @@ def verify(c, wheel):
 
 def explain_key(root=None) -> str:
     from .build import UPSTREAM_REF, tree_commits
-    from .opskey import compute_key, patches_touching_inputs
     from .ops_inputs import load_inputs
     from .opscache import lookup
+    from .opskey import compute_key, patches_touching_inputs
     from .paths import REPO_ROOT, default_tree
     from .version_label import series_id
 
@@ -131,7 +123,8 @@ def publish(c, remote, key=None):
 
     from .build import tree_commits
     from .oci import is_oci
-    from .opscache import add_remote, publish as do_publish, publish_oci
+    from .opscache import add_remote, publish_oci
+    from .opscache import publish as do_publish
     from .opskey import compute_key
     from .paths import default_tree
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from invoke import Exit, task
+from invoke import task
 
 from . import docker as img
 from .errors import ForkError
+from .taskutil import user_errors
 
 
 @task(
@@ -38,7 +39,7 @@ def docker(
     allow_stale=False,
 ):
     """Build the deployment image: upstream's vllm/vllm-openai with the patched wheel."""
-    try:
+    with user_errors():
         if wheel_from != "dist":
             if wheel:
                 raise ForkError("--wheel and --wheel-from build|compile exclude each other")
@@ -70,9 +71,6 @@ def docker(
         img.require_buildx()
         for cmd in plan.commands:
             img.run_command(cmd)
-    except ForkError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise Exit(code=1) from None
 
 
 def _rest(tags, push, platform) -> str:

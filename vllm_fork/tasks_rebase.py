@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 from invoke import Exit, task
 
 from . import rebase as rebase_mod
-from .errors import ForkError
 from .rebase_state import Options
+from .taskutil import user_errors
 
 #: Exit status when the rebase stopped at a conflict (distinct from errors, for the bot).
 CONFLICT_EXIT = 2
@@ -42,7 +40,7 @@ def _print_outcome(outcome: rebase_mod.Outcome) -> None:
 def rebase(c, to=None, latest=False, continue_=False, abort=False, source=None, remote=None,
            skip_tests=False, tests_cmd=None, no_commit=False, replace_branch=False, seed=False):
     """Rebase patches/ onto a new upstream; classify every patch; commit on rebase/<version>."""
-    try:
+    with user_errors():
         if abort:
             restored = rebase_mod.abort()
             print("rebase aborted: build/vllm, patches/ and upstream.toml are as they were"
@@ -54,7 +52,4 @@ def rebase(c, to=None, latest=False, continue_=False, abort=False, source=None, 
             options = Options(run_tests=not skip_tests, tests_cmd=tests_cmd or "",
                               commit=not no_commit, replace_branch=replace_branch, seed=seed)
             outcome = rebase_mod.start(to=to, latest=latest, source=source, remote=remote, options=options)
-    except ForkError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise Exit(code=1) from None
     _print_outcome(outcome)
