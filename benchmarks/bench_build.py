@@ -2,6 +2,8 @@
 
 Figures (seconds unless noted), written to benchmarks/results/build.json:
 - key_ms: the ops key of build/vllm (median of 25), in-process
+- pylayer_check_ms: opening and sha256-checking the Python layer against its manifest (median of 25),
+  what every fast-route build pays for the layer's verification
 - seed: `ops.seed` into a cache holding only the downloads and the build env
 - build_warm: `invoke build` (apply + key + cache + fast route + provenance), median of 3, whole CLI
 - build_fresh_clone_warm_cache: `git clone` of this repo, then `invoke build` there, shared warm cache
@@ -29,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from vllm_fork.build import build, seed_cache  # noqa: E402
 from vllm_fork.opskey import compute_key  # noqa: E402
 from vllm_fork.paths import cache_dir, default_tree  # noqa: E402
+from vllm_fork.pylayer import open_layer  # noqa: E402
 
 
 def timed(cmd, cwd, env=None) -> float:
@@ -68,6 +71,12 @@ def main() -> None:
         times.append((time.perf_counter() - start) * 1000)
     results["key_ms"] = round(statistics.median(times), 1)
     results["ops_key_cli_s"] = round(timed(invoke + ["ops.key"], ROOT), 2)
+    times = []
+    for _ in range(25):
+        start = time.perf_counter()
+        open_layer(tree, "refs/fork/upstream").close()
+        times.append((time.perf_counter() - start) * 1000)
+    results["pylayer_check_ms"] = round(statistics.median(times), 1)
 
     results["build_warm_s"] = round(statistics.median(timed(invoke + ["build"], ROOT) for _ in range(3)), 2)
 

@@ -156,3 +156,44 @@ def test_two_builds_sharing_one_fresh_cache(tmp_path, real_root):
         else:
             os.environ["VLLM_FORK_CACHE"] = saved
     assert not [p for p in (fresh / "ops").iterdir() if p.name.endswith(".part")]
+    # both builders made the Python layer at once: one manifest, naming a file that matches it
+    manifests = list((fresh / "pylayer").glob("*.json"))
+    assert len(manifests) == 1
+    manifest = json.loads(manifests[0].read_text())
+    assert opscache.sha256_file(fresh / "pylayer" / manifest["file"]) == manifest["sha256"]
+    assert not [p for p in (fresh / "pylayer").iterdir() if p.name.endswith(".part")]
+
+
+def test_corrupt_python_layer_is_rebuilt_and_the_wheel_is_unchanged(tmp_path, real_root, fast_build, capfd):
+    from vllm_fork.paths import cache_dir
+
+    # A private cache (the shared one's artifact hard-linked, its build env and metadata linked)
+    # so corrupting the layer touches nothing other builds use.
+    fresh = tmp_path / "cache"
+    (fresh / "ops").mkdir(parents=True)
+    for f in (cache_dir() / "ops").iterdir():
+        if not f.name.startswith("."):
+            os.link(f, fresh / "ops" / f.name)
+    for name in ("buildenv", "metadata"):
+        (fresh / name).symlink_to(cache_dir() / name)
+    saved = os.environ.get("VLLM_FORK_CACHE")
+    os.environ["VLLM_FORK_CACHE"] = str(fresh)
+    try:
+        clean = build(root=real_root, apply=False, route="fast", out_dir=tmp_path / "clean")
+        (manifest_path,) = (fresh / "pylayer").glob("*.json")
+        layer = fresh / "pylayer" / json.loads(manifest_path.read_text())["file"]
+        data = bytearray(layer.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        layer.write_bytes(bytes(data))
+        capfd.readouterr()
+        again = build(root=real_root, apply=False, route="fast", out_dir=tmp_path / "again")
+        err = capfd.readouterr().err
+    finally:
+        if saved is None:
+            del os.environ["VLLM_FORK_CACHE"]
+        else:
+            os.environ["VLLM_FORK_CACHE"] = saved
+    assert "warning: the cached Python layer" in err and "rebuilding it" in err
+    assert opscache.sha256_file(again.wheel) == opscache.sha256_file(clean.wheel)
+    assert members(again.wheel) == members(fast_build.wheel)
+    assert verify(again.wheel, real_root).problems == []

@@ -176,8 +176,8 @@ def build(
             wheel = result.path
         else:
             if reasons:
-                log("fast route: the series changes what it does not handle, so vLLM's precompiled route "
-                    "builds the wheel instead (about a minute):\n" + "\n".join(f"  - {r}" for r in reasons))
+                log("the fast route falls back to vLLM's precompiled route (about a minute), because the "
+                    "series changes what the fast route does not handle:\n" + "\n".join(f"  - {r}" for r in reasons))
             tracked = len(git(tree, "ls-tree", "-r", "--name-only", head, "--", "vllm").stdout.splitlines())
             result = build_precompiled(tree, head, version, params, artifact, entry.members, env,
                                        out_dir, root / "build", log=log,

@@ -55,19 +55,21 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def fetch_url(url: str, dest: Path, sha256: str, timeout: float = 60) -> Path:
+def fetch_url(url: str | urllib.request.Request, dest: Path, sha256: str, timeout: float = 60) -> Path:
     """Download `url` to `dest` through a temp file; verify `sha256` before the rename.
 
     Network errors are retried; a hash mismatch deletes the partial and raises,
-    naming the file and both hashes. `dest` is never half-written.
+    naming the file and both hashes. `dest` is never half-written. `url` may be a
+    Request carrying headers (e.g. a registry's bearer token).
     """
+    request, url = url, url.full_url if isinstance(url, urllib.request.Request) else url
     last: Exception | None = None
     for attempt in range(1, RETRIES + 1):
         fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
         tmp = Path(tmp_name)
         try:
             digest = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as resp:
                 length = resp.headers.get("Content-Length")
                 progress = _Progress(dest.name, int(length) if length else None)
                 while chunk := resp.read(CHUNK):

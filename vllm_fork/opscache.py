@@ -2,7 +2,8 @@
 
 Artifacts (zips of compiled members) live outside the clone in `cache_dir()/ops`,
 and can be fetched from the remotes the index lists (`file://` directories and
-HTTP(S) URLs holding the artifact files by name; VLLM_FORK_OPS_REMOTES adds more).
+HTTP(S) URLs holding the artifact files by name, and OCI registries holding them as
+blobs, see oci.py; VLLM_FORK_OPS_REMOTES adds more).
 Every use verifies sha256: a corrupt or tampered artifact is deleted and fetched
 again, never used. Artifacts and the index are written through a temp file and a
 rename, and index updates hold a lock, so builds sharing a cache cannot corrupt it.
@@ -24,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import oci
 from .download import fetch_url, sha256_file
 from .errors import ForkError
 from .paths import REPO_ROOT, cache_dir
@@ -190,13 +192,16 @@ def _copy_verified(src: Path, dest: Path, sha256: str) -> None:
 
 
 def _fetch_from(remote: str, entry: Entry, dest: Path) -> None:
+    if oci.is_oci(remote):
+        oci.fetch(remote, entry.file, entry.sha256, dest)
+        return
     url = remote.rstrip("/") + "/" + urllib.parse.quote(entry.file)
     if url.startswith("file:"):
         _copy_verified(Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path)), dest, entry.sha256)
     elif url.startswith(("http://", "https://")):
         fetch_url(url, dest, entry.sha256)
     else:
-        raise ForkError(f"unsupported ops remote {remote!r} (use file:// or http(s)://)")
+        raise ForkError(f"unsupported ops remote {remote!r} (use file://, http(s):// or oci://)")
 
 
 def get(key: str, root: Path = REPO_ROOT, log=print) -> tuple[Entry, Path] | None:
@@ -264,6 +269,15 @@ def put(key: str, artifact_tmp: Path, provenance: dict, root: Path = REPO_ROOT,
         data["artifacts"][key] = entry.to_json()
         _write_index(path, data)
     return entry, dest
+
+
+def publish_oci(key: str, remote: str, root: Path = REPO_ROOT) -> str:
+    """Push the artifact for `key` to an OCI registry remote; returns `<registry>/<repo>:<key>`."""
+    found = get(key, root)
+    if found is None:
+        raise ForkError(f"no artifact for key {key[:16]} in the index; run `invoke ops.seed` first")
+    entry, path = found
+    return oci.push(remote, key, path, entry.sha256)
 
 
 def publish(key: str, remote_dir: Path, root: Path = REPO_ROOT) -> Path:

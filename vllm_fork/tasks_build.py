@@ -113,14 +113,17 @@ def seed(c):
     print(f"seeded key {entry.key[:16]}: {path} ({entry.members} members, {entry.size >> 20} MiB, {seconds:.1f}s)")
 
 
-@task(help={"remote": "a directory (or file:// URL) other machines read as an ops remote", "key": "default: build/vllm's"})
+@task(help={"remote": "a directory (or file:// URL) other machines read as an ops remote, "
+                      "or an OCI registry: oci://<host[:port]>/<repository>",
+            "key": "default: build/vllm's"})
 def publish(c, remote, key=None):
-    """Copy an artifact into a shared directory and list it as a remote in ops-cache/index.json."""
+    """Copy an artifact into a shared directory (or push it to an OCI registry) and list the remote in ops-cache/index.json."""
     from urllib.parse import urlparse
     from urllib.request import url2pathname
 
     from .build import tree_commits
-    from .opscache import add_remote
+    from .oci import is_oci
+    from .opscache import add_remote, publish_oci
     from .opscache import publish as do_publish
     from .opskey import compute_key
     from .paths import default_tree
@@ -128,6 +131,11 @@ def publish(c, remote, key=None):
     if key is None:
         _base, head = _run(tree_commits, default_tree())
         key = _run(compute_key, default_tree(), head).key
+    if is_oci(remote):
+        ref = _run(publish_oci, key, remote)
+        add_remote(remote)
+        print(f"pushed {ref} (blob sha256 of the artifact); remote {remote} listed in ops-cache/index.json")
+        return
     directory = Path(url2pathname(urlparse(remote).path)) if remote.startswith("file:") else Path(remote)
     dest = _run(do_publish, key, directory.resolve())
     add_remote(directory.resolve().as_uri())

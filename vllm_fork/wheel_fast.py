@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .gitutil import git
-from .pylayer import b64_sha256, ensure_layer, read_blobs
+from .pylayer import b64_sha256, open_layer, read_blobs
 from .seed import is_precompiled_member
 from .wheel_meta import WheelMetadata
 from .wheelfile import WheelWriter, walk_key
@@ -98,8 +98,8 @@ def build_fast(
         sources[f"{dist_info}/{rel}"] = ("bytes", data)
     sources[f"{dist_info}/WHEEL"] = ("bytes", meta.wheel_file(tag))
 
-    layer_path = ensure_layer(tree, base)
-    with zipfile.ZipFile(layer_path) as layer_zip:
+    layer_fp = open_layer(tree, base)  # sha256-verified through this handle; entries are copied from it
+    with zipfile.ZipFile(layer_fp) as layer_zip:
         layer = {i.filename: i for i in layer_zip.infolist()}
     fresh = [s[1] for s in sources.values() if s[0] == "blob" and s[1] not in layer]
     fresh_data = read_blobs(tree, sorted(set(fresh)))
@@ -111,7 +111,7 @@ def build_fast(
     tmp = Path(tmp_name)
     try:
         writer = WheelWriter(tmp, dist_info)
-        with open(artifact, "rb") as art_fp, open(layer_path, "rb") as layer_fp:
+        with open(artifact, "rb") as art_fp, layer_fp:
             for name in sorted(sources, key=lambda n: walk_key(n, dist_info)):
                 src = sources[name]
                 if src[0] == "artifact":
@@ -131,6 +131,8 @@ def build_fast(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        layer_fp.close()
     return FastResult(final, len(sources) + 1, len(fresh), time.perf_counter() - start)
 
 

@@ -1,0 +1,109 @@
+"""OCI registry remotes: fetch an artifact as a blob (token flow, redirects), push one, never use bad bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from buildtrees import fork_root
+from ociregistry import registry
+from test_opscache import KEY, make_artifact
+
+from vllm_fork import oci, opscache
+from vllm_fork.errors import ForkError
+
+REPO = "team/vllm-ops"
+
+
+@pytest.fixture
+def root(tmp_path, cache):
+    return fork_root(tmp_path / "fork")
+
+
+@pytest.fixture
+def stored(root, tmp_path):
+    """An artifact in the index and the local cache: (entry, path, its bytes)."""
+    entry, path = opscache.put(KEY, make_artifact(tmp_path / "a.zip"), {"source": "test"}, root)
+    return entry, path, path.read_bytes()
+
+
+def test_fetch_blob_by_digest_with_the_token_dance_and_a_redirect(root, stored):
+    entry, path, data = stored
+    with registry() as reg:
+        reg.blobs[(REPO, f"sha256:{entry.sha256}")] = data
+        path.unlink()
+        opscache.add_remote(f"oci+http://{reg.host}/{REPO}", root)
+        got_entry, got = opscache.get(KEY, root)
+        assert got == path and opscache.sha256_file(got) == entry.sha256 and got_entry == entry
+        assert reg.token_scopes == [f"repository:{REPO}:pull"]
+        blob_requests = [(m, p, a) for m, p, a in reg.log if p.startswith("/v2/")]
+        assert blob_requests[0][2] is None  # first try anonymous: 401 with the challenge
+        assert all(a and a.startswith("Bearer ") for _m, _p, a in blob_requests[1:])
+        storage = [a for _m, p, a in reg.log if p.startswith("/storage/")]
+        assert storage == [None]  # followed the redirect, without the registry's token
+    assert not list(opscache.ops_dir().glob(".*.part"))
+
+
+def test_insecure_env_reaches_a_plain_http_registry_with_oci_scheme(root, stored, monkeypatch):
+    entry, path, data = stored
+    monkeypatch.setenv(oci.INSECURE_ENV, "1")
+    with registry(auth=False) as reg:
+        reg.blobs[(REPO, f"sha256:{entry.sha256}")] = data
+        path.unlink()
+        monkeypatch.setenv(opscache.REMOTES_ENV, f"oci://{reg.host}/{REPO}")
+        _, got = opscache.get(KEY, root)
+        assert opscache.sha256_file(got) == entry.sha256
+
+
+def test_registry_serving_other_bytes_is_never_used(root, stored):
+    entry, path, data = stored
+    with registry() as reg:
+        reg.blobs[(REPO, f"sha256:{entry.sha256}")] = data[:-1] + bytes([data[-1] ^ 1])  # tampered
+        path.unlink()
+        opscache.add_remote(f"oci+http://{reg.host}/{REPO}", root)
+        with pytest.raises(ForkError, match="no remote served a good copy") as err:
+            opscache.get(KEY, root)
+    assert "sha256 mismatch" in str(err.value) and entry.sha256 in str(err.value)
+    assert not path.exists() and not list(opscache.ops_dir().glob(".*.part"))
+
+
+def test_missing_blob_and_bad_remotes_are_clear_errors(root, stored):
+    _entry, path, _data = stored
+    path.unlink()
+    with registry() as reg:
+        opscache.add_remote(f"oci+http://{reg.host}/{REPO}", root)
+        with pytest.raises(ForkError, match=f"oci\\+http://{reg.host}/{REPO} has no blob sha256:"):
+            opscache.get(KEY, root)
+    with pytest.raises(ForkError, match="bad OCI remote"):
+        oci.Registry.parse("oci://registry.example")
+    with pytest.raises(ForkError, match="bad OCI repository name"):
+        oci.Registry.parse("oci://registry.example/Team/Ops")
+    assert oci.Registry.parse("oci://registry.example:5000/a/b/").base == "https://registry.example:5000"
+
+
+def test_publish_pushes_blob_and_a_manifest_tagged_with_the_key(root, stored, tmp_path, monkeypatch):
+    entry, path, data = stored
+    with registry() as reg:
+        remote = f"oci+http://{reg.host}/{REPO}"
+        ref = opscache.publish_oci(KEY, remote, root)
+        assert ref == f"{reg.host}/{REPO}:{KEY}"
+        assert reg.blobs[(REPO, f"sha256:{entry.sha256}")] == data
+        assert reg.blobs[(REPO, oci.EMPTY_DIGEST)] == b"{}"
+        assert oci.EMPTY_DIGEST == "sha256:" + hashlib.sha256(b"{}").hexdigest()
+        ctype, raw = reg.manifests[(REPO, KEY)]
+        manifest = json.loads(raw)
+        assert ctype == oci.MANIFEST_TYPE and manifest["schemaVersion"] == 2
+        (layer,) = manifest["layers"]
+        assert layer == {"mediaType": "application/zip", "digest": f"sha256:{entry.sha256}", "size": entry.size,
+                         "annotations": {"org.opencontainers.image.title": entry.file}}
+        assert any("push" in s for s in reg.token_scopes)
+        pushes = len(reg.log)
+        opscache.publish_oci(KEY, remote, root)  # blobs already there: only the manifest again
+        assert not [p for m, p, _a in reg.log[pushes:] if m == "POST"]
+
+        # another machine: empty cache, same index, the registry as its remote
+        monkeypatch.setenv("VLLM_FORK_CACHE", str(tmp_path / "other-cache"))
+        opscache.add_remote(remote, root)
+        _, got = opscache.get(KEY, root)
+        assert got.read_bytes() == data
