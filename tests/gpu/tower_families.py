@@ -358,6 +358,245 @@ def _build_qwen3_vl(host: nn.Module, size: str) -> None:
     )
 
 
+
+def remote_config(**attrs: Any):
+    """A config for a family whose transformers config is remote code.
+
+    vLLM reads these as attributes of the checkpoint's config; a plain
+    `PretrainedConfig` carrying the released model's values is what
+    `AutoConfig(trust_remote_code=True)` gives it.
+    """
+    from transformers import PretrainedConfig
+
+    config = PretrainedConfig()
+    for key, value in attrs.items():
+        setattr(config, key, value)
+    return config
+
+
+# -- Qwen3-Omni: audio and vision towers --------------------------------------
+
+
+def _qwen3_omni_vision_config(size: str):
+    from transformers.models.qwen3_omni_moe.configuration_qwen3_omni_moe import (
+        Qwen3OmniMoeVisionEncoderConfig,
+    )
+
+    if size == TINY:
+        config = Qwen3OmniMoeVisionEncoderConfig(
+            depth=4, hidden_size=64, num_heads=4, intermediate_size=128,
+            out_hidden_size=96, deepstack_visual_indexes=[1, 2],
+            num_position_embeddings=64, patch_size=4,
+        )
+    else:  # Qwen3-Omni-30B-A3B
+        config = Qwen3OmniMoeVisionEncoderConfig(
+            depth=27, hidden_size=1152, num_heads=16, intermediate_size=4304,
+            out_hidden_size=2048, deepstack_visual_indexes=[8, 16, 24],
+            num_position_embeddings=2304, patch_size=16,
+        )
+    config.image_size = 768
+    config.apply_vit_abs_pos_embed = True
+    return config
+
+
+def _build_qwen3_omni(host: nn.Module, size: str) -> None:
+    from transformers.models.qwen3_omni_moe.configuration_qwen3_omni_moe import (
+        Qwen3OmniMoeAudioEncoderConfig,
+    )
+    from vllm.model_executor.models.qwen3_omni_moe_thinker import (
+        Qwen3Omni_VisionTransformer,
+        Qwen3OmniMoeAudioEncoder,
+    )
+
+    audio = _size(
+        size,
+        Qwen3OmniMoeAudioEncoderConfig(
+            num_mel_bins=32, encoder_layers=3, encoder_attention_heads=4,
+            encoder_ffn_dim=128, d_model=64, output_dim=96, n_window=50,
+            n_window_infer=400, conv_chunksize=500, downsample_hidden_size=32,
+        ),
+        # Qwen3-Omni-30B-A3B's audio encoder.
+        Qwen3OmniMoeAudioEncoderConfig(
+            num_mel_bins=128, encoder_layers=32, encoder_attention_heads=20,
+            encoder_ffn_dim=5120, d_model=1280, output_dim=2048, n_window=50,
+            n_window_infer=800, conv_chunksize=500, downsample_hidden_size=480,
+        ),
+    )
+    host.audio_tower = Qwen3OmniMoeAudioEncoder(audio, prefix="audio_tower")
+    host.visual = Qwen3Omni_VisionTransformer(
+        vision_config=_qwen3_omni_vision_config(size), norm_eps=1e-6,
+        quant_config=None, prefix="visual",
+    )
+
+
+def _audio_feature_inputs(mel_bins: int, lengths: list[int], generator):
+    return {
+        "type": "audio_features",
+        "input_features": randn(generator, mel_bins, sum(lengths)).to(_dtype()),
+        "audio_feature_lengths": torch.tensor(lengths, dtype=torch.long),
+        "feature_attention_mask": None,
+    }
+
+
+def _qwen3_omni_audio_inputs(host: nn.Module, size: str, generator):
+    # 100 mel frames per second: 30 s and 12 s of audio.
+    return _audio_feature_inputs(
+        _size(size, 32, 128), _size(size, [300, 120], [3000, 1200]), generator
+    )
+
+
+# -- GLM-4.1V, dots.ocr, ERNIE-4.5-VL, PaddleOCR-VL, Keye ---------------------
+
+
+def _build_glm4_1v(host: nn.Module, size: str) -> None:
+    from transformers.models.glm4v.configuration_glm4v import (
+        Glm4vTextConfig,
+        Glm4vVisionConfig,
+    )
+    from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
+    from vllm.model_executor.models.glm4_1v import Glm4vVisionTransformer
+
+    vision = _size(
+        size,
+        Glm4vVisionConfig(
+            depth=3, hidden_size=64, num_heads=4, image_size=32, patch_size=4,
+            out_hidden_size=96, intermediate_size=128,
+        ),
+        Glm4vVisionConfig(),  # the defaults are GLM-4.1V-9B's tower
+    )
+    text = _size(size, Glm4vTextConfig(hidden_size=96), Glm4vTextConfig())
+    host.visual = Glm4vVisionTransformer(
+        text, vision, norm_eps=1e-5, quant_config=None,
+        input_norm=build_mm_input_norm(None), prefix="visual",
+    )
+
+
+def _build_dots_ocr(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.dots_ocr import DotsVisionTransformer
+    from vllm.transformers_utils.configs.dotsocr import DotsVisionConfig
+
+    config = _size(
+        size,
+        DotsVisionConfig(
+            embed_dim=64, hidden_size=96, intermediate_size=128,
+            num_hidden_layers=3, num_attention_heads=4, patch_size=4,
+        ),
+        DotsVisionConfig(),  # the defaults are dots.ocr's tower (1.2B)
+    )
+    host.config = remote_config(hidden_size=config.hidden_size)
+    host.vision_tower = DotsVisionTransformer(
+        config, quant_config=None, prefix="vision_tower"
+    )
+
+
+def _dots_inputs(host: nn.Module, size: str, generator):
+    patch = _size(size, 4, 14)
+    grids = _size(size, GRIDS_TINY, GRIDS_FULL_14)
+    return grid_inputs(grids, 3 * patch * patch, generator, _dtype())
+
+
+def _ernie_config(size: str):
+    vision = _size(
+        size,
+        remote_config(
+            depth=3, embed_dim=64, hidden_size=64, num_heads=4, mlp_ratio=2,
+            patch_size=4, spatial_merge_size=2, in_channels=3,
+            hidden_act="quick_gelu",
+        ),
+        # ERNIE-4.5-VL-28B-A3B's vision tower.
+        remote_config(
+            depth=32, embed_dim=1280, hidden_size=1280, num_heads=16, mlp_ratio=4,
+            patch_size=14, spatial_merge_size=2, in_channels=3,
+            hidden_act="quick_gelu",
+        ),
+    )
+    return remote_config(
+        vision_config=vision,
+        pixel_hidden_size=vision.hidden_size,
+        hidden_size=_size(size, 96, 2560),
+        spatial_conv_size=2,
+        temporal_conv_size=2,
+        use_temporal_conv=True,
+        rms_norm_eps=1e-5,
+    )
+
+
+def _build_ernie45_vl(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.ernie45_vl import (
+        Ernie4_5_VisionTransformer,
+        VariableResolutionResamplerModel,
+    )
+
+    config = host.config = _ernie_config(size)
+    host.vision_model = Ernie4_5_VisionTransformer(
+        config.vision_config, norm_eps=1e-5, quant_config=None, prefix="vision_model"
+    )
+    host.resampler_model = VariableResolutionResamplerModel(
+        config.pixel_hidden_size, config.hidden_size, config.spatial_conv_size,
+        config.temporal_conv_size, config=config, prefix="resampler_model",
+    )
+
+
+def _siglip_navit_config(size: str, **extra: Any):
+    return _size(
+        size,
+        remote_config(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+            num_attention_heads=4, num_channels=3, image_size=32, patch_size=4,
+            layer_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+            spatial_merge_size=2, attention_dropout=0.0, **extra,
+        ),
+        # SigLIP-so400m NaViT (PaddleOCR-VL-0.9B, Keye-VL-8B).
+        remote_config(
+            hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
+            num_attention_heads=16, num_channels=3, image_size=384, patch_size=14,
+            layer_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
+            spatial_merge_size=2, attention_dropout=0.0, **extra,
+        ),
+    )
+
+
+def _build_paddleocr_vl(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.paddleocr_vl import Projector, SiglipVisionModel
+
+    vision = _siglip_navit_config(size)
+    config = host.config = remote_config(
+        vision_config=vision, hidden_size=_size(size, 96, 1024)
+    )
+    config.text_config = config
+    host.visual = SiglipVisionModel(config=vision, quant_config=None, prefix="visual")
+    host.mlp_AR = Projector(config, vision)
+
+
+def _patch_image_inputs(schema: str | None):
+    """Inputs as (patches, 3, P, P) with a grid (PaddleOCR-VL, Keye)."""
+
+    def inputs(host: nn.Module, size: str, generator):
+        patch = _size(size, 4, 14)
+        grids = _size(size, GRIDS_TINY, GRIDS_FULL_14)
+        flat = grid_inputs(grids, 3 * patch * patch, generator, _dtype())
+        flat["pixel_values"] = flat["pixel_values"].view(-1, 3, patch, patch)
+        if schema is None:
+            return flat
+        module, cls = schema.split(":")
+        mod = importlib.import_module(f"vllm.model_executor.models.{module}")
+        return getattr(mod, cls)(
+            **flat, resolve_bindings={"patch_size": patch} if module == "paddleocr_vl" else None
+        )
+
+    return inputs
+
+
+def _build_keye(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.keye import KeyeSiglipVisionModel, Projector
+
+    vision = _siglip_navit_config(size)
+    text = remote_config(hidden_size=_size(size, 96, 4096))
+    host.config = remote_config(vision_config=vision, text_config=text)
+    host.visual = KeyeSiglipVisionModel(vision, quant_config=None, prefix="visual")
+    host.mlp_AR = Projector(text, vision, None, "mlp_AR")
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl", "qwen2_vl:Qwen2VLForConditionalGeneration", ("visual",),
@@ -371,6 +610,39 @@ FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen3_vl", "qwen3_vl:Qwen3VLForConditionalGeneration", ("visual",),
         _build_qwen3_vl, _qwen_grid_inputs(16), full_tower="Qwen/Qwen3-VL-8B-Instruct",
+    ),
+    TowerFamily(
+        "qwen3_omni_audio", "qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration",
+        ("audio_tower", "visual"), _build_qwen3_omni, _qwen3_omni_audio_inputs,
+        process="_process_audio_input", full_tower="Qwen/Qwen3-Omni-30B-A3B-Instruct",
+    ),
+    TowerFamily(
+        "qwen3_omni_vision", "qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration",
+        ("audio_tower", "visual"), _build_qwen3_omni, _qwen_grid_inputs(16),
+        full_tower="Qwen/Qwen3-Omni-30B-A3B-Instruct",
+    ),
+    TowerFamily(
+        "glm4_1v", "glm4_1v:Glm4vForConditionalGeneration", ("visual",),
+        _build_glm4_1v, _qwen_grid_inputs(14), full_tower="zai-org/GLM-4.1V-9B-Thinking",
+    ),
+    TowerFamily(
+        "dots_ocr", "dots_ocr:DotsOCRForCausalLM", ("vision_tower",),
+        _build_dots_ocr, _dots_inputs, full_tower="rednote-hilab/dots.ocr",
+    ),
+    TowerFamily(
+        "ernie45_vl", "ernie45_vl:Ernie4_5_VLMoeForConditionalGeneration",
+        ("vision_model", "resampler_model"), _build_ernie45_vl, _qwen_grid_inputs(14, temporal=1),
+        full_tower="baidu/ERNIE-4.5-VL-28B-A3B-PT",
+    ),
+    TowerFamily(
+        "paddleocr_vl", "paddleocr_vl:PaddleOCRVLForConditionalGeneration",
+        ("visual", "mlp_AR"), _build_paddleocr_vl,
+        _patch_image_inputs("paddleocr_vl:PaddleOCRImagePixelInputs"),
+        full_tower="PaddlePaddle/PaddleOCR-VL",
+    ),
+    TowerFamily(
+        "keye", "keye:KeyeForConditionalGeneration", ("visual", "mlp_AR"),
+        _build_keye, _patch_image_inputs(None), full_tower="Kwai-Keye/Keye-VL-8B-Preview",
     ),
 ]
 
