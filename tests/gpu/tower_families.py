@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import math
 import socket
 from collections.abc import Callable, Iterator
@@ -64,7 +65,17 @@ class TowerFamily:
     full_tower: str = ""
     cpu_skip: str | None = None
     slow_on_cpu: bool = False
-    notes: str = ""
+    needs: tuple[str, ...] = ()
+
+    def missing(self) -> str | None:
+        """Why this family cannot be built here (a module it imports), if so."""
+        for module in self.needs:
+            if importlib.util.find_spec(module) is None:
+                return (
+                    f"{self.model.split(':')[0]}.py imports {module!r} at module "
+                    "level and it is not installed here"
+                )
+        return None
 
     def model_class(self) -> type[nn.Module]:
         module, cls = self.model.split(":")
@@ -597,6 +608,258 @@ def _build_keye(host: nn.Module, size: str) -> None:
     host.mlp_AR = Projector(text, vision, None, "mlp_AR")
 
 
+# -- InternVL, Gemma 3, Llama 4, Mistral 3, Idefics3 (fixed-size tiles) -------
+
+
+def _tiles(generator, count: int, image_size: int) -> torch.Tensor:
+    return randn(generator, count, 3, image_size, image_size).to(_dtype())
+
+
+def _build_internvl(host: nn.Module, size: str) -> None:
+    vision = _size(
+        size,
+        remote_config(
+            hidden_size=64, num_attention_heads=4, intermediate_size=128,
+            num_hidden_layers=3, qk_normalization=False, norm_type="layer_norm",
+            layer_norm_eps=1e-6, hidden_act="gelu", image_size=32, patch_size=4,
+            num_channels=3, qkv_bias=True, drop_path_rate=0.0, initializer_factor=1.0,
+        ),
+        # InternViT-300M-448px-V2.5 (InternVL3-8B).
+        remote_config(
+            hidden_size=1024, num_attention_heads=16, intermediate_size=4096,
+            num_hidden_layers=24, qk_normalization=False, norm_type="layer_norm",
+            layer_norm_eps=1e-6, hidden_act="gelu", image_size=448, patch_size=14,
+            num_channels=3, qkv_bias=True, drop_path_rate=0.0, initializer_factor=1.0,
+        ),
+    )
+    config = host.config = remote_config(
+        vision_config=vision,
+        text_config=remote_config(hidden_size=_size(size, 96, 3584)),
+        select_layer=-1, downsample_ratio=0.5, ps_version="v2",
+        force_image_size=vision.image_size,
+    )
+    # The model's own __init__ steps for the tower (InternVLChatModel).
+    host.downsample_ratio = config.downsample_ratio
+    host.ps_version = config.ps_version
+    host.patch_size = vision.patch_size
+    host.vision_model = host._init_vision_model(config, None, prefix="vision_model")
+    host.mlp1 = host._init_mlp1(config)
+
+
+def _internvl_inputs(host: nn.Module, size: str, generator):
+    # A 12-tile image (dynamic tiling, thumbnail included) and a 1-tile one.
+    tiles = _size(size, [3, 1], [7, 1])
+    return {
+        "type": "pixel_values",
+        "pixel_values_flat": _tiles(generator, sum(tiles), host.config.vision_config.image_size),
+        "num_patches": torch.tensor(tiles),
+    }
+
+
+def _build_gemma3(host: nn.Module, size: str) -> None:
+    from transformers import Gemma3Config
+    from vllm.model_executor.models.gemma3_mm import Gemma3MultiModalProjector
+    from vllm.model_executor.models.siglip import SiglipVisionModel
+
+    vision = _size(
+        size,
+        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+             num_attention_heads=4, image_size=32, patch_size=4),
+        # SigLIP-so400m at 896 (Gemma 3 4B/12B/27B).
+        dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
+             num_attention_heads=16, image_size=896, patch_size=14),
+    )
+    config = host.config = Gemma3Config(
+        vision_config={**vision, "vision_use_head": False},
+        text_config={"hidden_size": _size(size, 96, 2560)},
+        mm_tokens_per_image=_size(size, 16, 256),
+    )
+    host.vision_tower = SiglipVisionModel(config.vision_config, None, prefix="vision_tower")
+    host.multi_modal_projector = Gemma3MultiModalProjector(config)
+
+
+def _gemma3_inputs(host: nn.Module, size: str, generator):
+    crops = _size(size, [2, 1], [3, 1])  # pan-and-scan crops + the image
+    return {
+        "type": "pixel_values",
+        "pixel_values": _tiles(generator, sum(crops), host.config.vision_config.image_size),
+        "num_patches": torch.tensor(crops),
+    }
+
+
+def _build_llama4(host: nn.Module, size: str) -> None:
+    from transformers import Llama4Config
+    from vllm.model_executor.models.mllama4 import (
+        Llama4MultiModalProjector,
+        Llama4VisionModel,
+    )
+
+    vision = _size(
+        size,
+        # The pixel-shuffle MLP takes 4x hidden: intermediate = 4 * hidden.
+        dict(hidden_size=64, intermediate_size=256, num_hidden_layers=3,
+             num_attention_heads=4, image_size=32, patch_size=4,
+             pixel_shuffle_ratio=0.5, projector_input_dim=96,
+             projector_output_dim=96, vision_output_dim=96, rope_theta=10000),
+        # Llama 4 Scout / Maverick.
+        dict(hidden_size=1408, intermediate_size=5632, num_hidden_layers=34,
+             num_attention_heads=16, image_size=336, patch_size=14,
+             pixel_shuffle_ratio=0.5, projector_input_dim=4096,
+             projector_output_dim=4096, vision_output_dim=4096, rope_theta=10000),
+    )
+    config = host.config = Llama4Config(
+        vision_config=vision, text_config={"hidden_size": _size(size, 96, 5120)}
+    )
+    host.vision_model = Llama4VisionModel(
+        config=config.vision_config, quant_config=None, prefix="vision_model"
+    )
+    host.multi_modal_projector = Llama4MultiModalProjector(
+        config=config, quant_config=None, prefix="multi_modal_projector"
+    )
+
+
+def _llama4_inputs(host: nn.Module, size: str, generator):
+    chunks = _size(size, [3, 1], [5, 1])  # 2x2 tiles + global view, and one tile
+    return {
+        "type": "pixel_values",
+        "pixel_values": _tiles(generator, sum(chunks), host.config.vision_config.image_size),
+        "patches_per_image": torch.tensor(chunks),
+        "aspect_ratios": torch.tensor([[2, 2], [1, 1]]),
+    }
+
+
+def _build_mistral3(host: nn.Module, size: str) -> None:
+    from transformers import Mistral3Config
+    from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
+    from vllm.model_executor.models.mistral3 import (
+        Mistral3MultiModalProjector,
+        init_vision_tower_for_mistral3,
+    )
+
+    vision = _size(
+        size,
+        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+             num_attention_heads=4, image_size=64, patch_size=4, head_dim=16),
+        # Pixtral-ViT of Mistral-Small-3.1-24B.
+        dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+             num_attention_heads=16, image_size=1540, patch_size=14, head_dim=64),
+    )
+    config = host.config = Mistral3Config(
+        vision_config=vision, text_config={"hidden_size": _size(size, 96, 5120)},
+        spatial_merge_size=2, multimodal_projector_bias=False,
+    )
+    host.vision_tower = init_vision_tower_for_mistral3(
+        config, quant_config=None, input_norm=build_mm_input_norm(None),
+        require_post_norm=False, prefix="vision_tower",
+    )
+    host.multi_modal_projector = Mistral3MultiModalProjector(
+        vision_hidden_size=config.vision_config.hidden_size,
+        text_hidden_size=config.text_config.hidden_size,
+        projector_hidden_act=config.projector_hidden_act,
+        spatial_merge_size=config.spatial_merge_size,
+        patch_size=config.vision_config.patch_size,
+        multimodal_projector_bias=config.multimodal_projector_bias,
+        quant_config=None, prefix="multi_modal_projector",
+    )
+
+
+def _mistral3_inputs(host: nn.Module, size: str, generator):
+    # Images at their own sizes (multiples of patch * merge), not tiles.
+    sides = _size(size, [(32, 48), (16, 16)], [(1036, 1484), (504, 728)])
+    return {
+        "type": "pixel_values",
+        "pixel_values": [randn(generator, 3, h, w).to(_dtype()) for h, w in sides],
+    }
+
+
+def _build_idefics3(host: nn.Module, size: str) -> None:
+    from transformers import Idefics3Config
+    from vllm.model_executor.models.idefics3 import (
+        Idefics3Connector,
+        Idefics3Model,
+        Idefics3VisionTransformer,
+    )
+
+    vision = _size(
+        size,
+        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+             num_attention_heads=4, image_size=32, patch_size=4),
+        # Idefics3-8B-Llama3 (SigLIP-so400m at 364).
+        dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
+             num_attention_heads=16, image_size=364, patch_size=14),
+    )
+    config = Idefics3Config(
+        vision_config=vision, text_config={"hidden_size": _size(size, 96, 4096)},
+        scale_factor=2,
+    )
+    # The towers live inside Idefics3Model (`tower_targets`): build that
+    # module without its __init__ (which builds the text model) and put
+    # the towers where `image_pixels_to_features` finds them.
+    inner = Idefics3Model.__new__(Idefics3Model)
+    nn.Module.__init__(inner)
+    inner.config = config
+    inner.vision_model = Idefics3VisionTransformer(
+        config.vision_config, quant_config=None, prefix="model.vision_model"
+    )
+    inner.connector = Idefics3Connector(config, None, prefix="model.connector")
+    host.config = config
+    host.model = inner
+
+
+def _idefics3_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.idefics3 import Idefics3ImagePixelInputs
+
+    tiles = _size(size, [3, 1], [5, 1])  # 2x2 tiles + global image, one tile
+    side = host.config.vision_config.image_size
+    return Idefics3ImagePixelInputs(
+        type="pixel_values",
+        pixel_values=_tiles(generator, sum(tiles), side),
+        pixel_attention_mask=torch.ones(
+            sum(tiles), side, side, dtype=torch.bool, device=generator.device
+        ),
+        num_patches=torch.tensor(tiles),
+        resolve_bindings={"h": side, "w": side},
+    )
+
+
+# -- Qwen2-Audio (transformers' Whisper-style encoder) -------------------------
+
+
+def _build_qwen2_audio(host: nn.Module, size: str) -> None:
+    from transformers import Qwen2AudioConfig
+    from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioEncoder
+    from vllm.model_executor.models.qwen2_audio import Qwen2AudioMultiModalProjector
+
+    audio = _size(
+        size,
+        dict(d_model=64, encoder_layers=3, encoder_attention_heads=4,
+             encoder_ffn_dim=128, num_mel_bins=128),
+        # Qwen2-Audio-7B: the Whisper-large-v3 encoder.
+        dict(d_model=1280, encoder_layers=32, encoder_attention_heads=20,
+             encoder_ffn_dim=5120, num_mel_bins=128),
+    )
+    config = host.config = Qwen2AudioConfig(
+        audio_config=audio, text_config={"hidden_size": _size(size, 96, 4096)}
+    )
+    host.audio_tower = Qwen2AudioEncoder(config.audio_config)
+    host.multi_modal_projector = Qwen2AudioMultiModalProjector(
+        config.audio_config.d_model, config.text_config.hidden_size
+    )
+
+
+def _qwen2_audio_inputs(host: nn.Module, size: str, generator):
+    # Two clips padded to Whisper's 30 s window: 30 s and 12 s.
+    lengths = [3000, 1200]
+    mask = torch.zeros(len(lengths), 3000, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    return {
+        "type": "audio_features",
+        "input_features": randn(generator, len(lengths), 128, 3000).to(_dtype()),
+        "feature_attention_mask": mask.to(generator.device),
+    }
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl", "qwen2_vl:Qwen2VLForConditionalGeneration", ("visual",),
@@ -643,6 +906,38 @@ FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "keye", "keye:KeyeForConditionalGeneration", ("visual", "mlp_AR"),
         _build_keye, _patch_image_inputs(None), full_tower="Kwai-Keye/Keye-VL-8B-Preview",
+    ),
+    TowerFamily(
+        "internvl", "internvl:InternVLChatModel", ("vision_model", "mlp1"),
+        _build_internvl, _internvl_inputs, process="_process_vision_input",
+        full_tower="OpenGVLab/InternVL3-8B",
+    ),
+    TowerFamily(
+        "gemma3", "gemma3_mm:Gemma3ForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"), _build_gemma3, _gemma3_inputs,
+        full_tower="google/gemma-3-27b-it",
+    ),
+    TowerFamily(
+        "llama4", "mllama4:Llama4ForConditionalGeneration",
+        ("vision_model", "multi_modal_projector"), _build_llama4, _llama4_inputs,
+        full_tower="meta-llama/Llama-4-Scout-17B-16E-Instruct",
+    ),
+    TowerFamily(
+        "mistral3", "mistral3:Mistral3ForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"), _build_mistral3, _mistral3_inputs,
+        full_tower="mistralai/Mistral-Small-3.1-24B-Instruct-2503",
+        needs=("mistral_common",),
+    ),
+    TowerFamily(
+        "idefics3", "idefics3:Idefics3ForConditionalGeneration",
+        ("model.vision_model", "model.connector"), _build_idefics3, _idefics3_inputs,
+        full_tower="HuggingFaceM4/Idefics3-8B-Llama3",
+    ),
+    TowerFamily(
+        "qwen2_audio", "qwen2_audio:Qwen2AudioForConditionalGeneration",
+        ("audio_tower", "multi_modal_projector"), _build_qwen2_audio,
+        _qwen2_audio_inputs, process="_process_audio_input",
+        full_tower="Qwen/Qwen2-Audio-7B-Instruct",
     ),
 ]
 

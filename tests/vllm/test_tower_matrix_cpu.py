@@ -40,8 +40,9 @@ REFUSED: dict[str, str] = {
 
 def _param(family: tf.TowerFamily):
     marks = []
-    if family.cpu_skip:
-        marks.append(pytest.mark.skip(reason=family.cpu_skip))
+    skip = family.cpu_skip or family.missing()
+    if skip:
+        marks.append(pytest.mark.skip(reason=skip))
     if family.slow_on_cpu:
         marks.append(pytest.mark.slow)
     return pytest.param(family, id=family.name, marks=marks)
