@@ -860,6 +860,44 @@ def _qwen2_audio_inputs(host: nn.Module, size: str, generator):
     }
 
 
+# -- Kimi-VL (MoonViT, native resolution) -------------------------------------
+
+
+def _build_kimi_vl(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.kimi_vl import KimiVLMultiModalProjector
+    from vllm.model_executor.models.moonvit import MoonVitPretrainedModel
+    from vllm.transformers_utils.configs.kimi_vl import KimiVLConfig
+    from vllm.transformers_utils.configs.moonvit import MoonViTConfig
+
+    vision = _size(
+        size,
+        MoonViTConfig(
+            patch_size=4, init_pos_emb_height=16, init_pos_emb_width=16,
+            num_attention_heads=4, num_hidden_layers=3, hidden_size=64,
+            intermediate_size=128,
+        ),
+        MoonViTConfig(),  # the defaults are Kimi-VL-A3B's MoonViT
+    )
+    config = host.config = KimiVLConfig(
+        vision_config=vision, text_config={"hidden_size": _size(size, 96, 2048)}
+    )
+    host.vision_tower = MoonVitPretrainedModel(config.vision_config, prefix="vision_tower")
+    host.multi_modal_projector = KimiVLMultiModalProjector(
+        config=config, prefix="multi_modal_projector"
+    )
+
+
+def _kimi_vl_inputs(host: nn.Module, size: str, generator):
+    patch = _size(size, 4, 14)
+    grids = _size(size, [[8, 12], [4, 4]], [[74, 106], [36, 52]])
+    patches = sum(h * w for h, w in grids)
+    return {
+        "type": "pixel_values",
+        "pixel_values": randn(generator, patches, 3, patch, patch).to(_dtype()),
+        "image_grid_hws": torch.tensor(grids, dtype=torch.long),
+    }
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl", "qwen2_vl:Qwen2VLForConditionalGeneration", ("visual",),
@@ -938,6 +976,11 @@ FAMILIES: list[TowerFamily] = [
         ("audio_tower", "multi_modal_projector"), _build_qwen2_audio,
         _qwen2_audio_inputs, process="_process_audio_input",
         full_tower="Qwen/Qwen2-Audio-7B-Instruct",
+    ),
+    TowerFamily(
+        "kimi_vl", "kimi_vl:KimiVLForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"), _build_kimi_vl, _kimi_vl_inputs,
+        full_tower="moonshotai/Kimi-VL-A3B-Instruct",
     ),
 ]
 
