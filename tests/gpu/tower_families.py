@@ -898,6 +898,53 @@ def _kimi_vl_inputs(host: nn.Module, size: str, generator):
     }
 
 
+# -- Step3-VL (four tower children) ---------------------------------------------
+
+
+def _build_step3_vl(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.layers.conv import Conv2dLayer
+    from vllm.model_executor.models.step3_vl import Step3VisionTransformer
+    from vllm.transformers_utils.configs.step3_vl import Step3VisionEncoderConfig
+
+    vision = _size(
+        size,
+        Step3VisionEncoderConfig(
+            hidden_size=64, intermediate_size=128, output_hidden_size=96,
+            num_hidden_layers=3, num_attention_heads=4, image_size=32, patch_size=4,
+        ),
+        Step3VisionEncoderConfig(),  # the defaults are Step3's tower (63 layers)
+    )
+    config = host.config = remote_config(
+        vision_config=vision, hidden_size=_size(size, 96, 7168),
+        understand_projector_stride=2, projector_bias=True,
+    )
+    # As in Step3VLForConditionalGeneration.__init__.
+    host.vision_model = Step3VisionTransformer(vision, None, prefix="vision_model")
+    host.vit_downsampler = Conv2dLayer(
+        vision.hidden_size, vision.output_hidden_size, kernel_size=2,
+        stride=config.understand_projector_stride,
+    )
+    host.vit_downsampler2 = Conv2dLayer(
+        vision.output_hidden_size, vision.output_hidden_size * 2, kernel_size=3,
+        stride=2, padding=1,
+    )
+    host.vit_large_projector = nn.Linear(
+        vision.output_hidden_size * 2, config.hidden_size, bias=config.projector_bias
+    )
+
+
+def _step3_vl_inputs(host: nn.Module, size: str, generator):
+    # The global view at 728 and 504x504 crops: 4 crops for a large image.
+    side, crop = _size(size, (32, 16), (728, 504))
+    crops = [2, 0]
+    return {
+        "type": "pixel_values",
+        "pixel_values": _tiles(generator, len(crops), side),
+        "patch_pixel_values": _tiles(generator, sum(crops), crop),
+        "num_patches": torch.tensor(crops),
+    }
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl", "qwen2_vl:Qwen2VLForConditionalGeneration", ("visual",),
@@ -981,6 +1028,11 @@ FAMILIES: list[TowerFamily] = [
         "kimi_vl", "kimi_vl:KimiVLForConditionalGeneration",
         ("vision_tower", "multi_modal_projector"), _build_kimi_vl, _kimi_vl_inputs,
         full_tower="moonshotai/Kimi-VL-A3B-Instruct",
+    ),
+    TowerFamily(
+        "step3_vl", "step3_vl:Step3VLForConditionalGeneration",
+        ("vision_model", "vit_downsampler", "vit_downsampler2", "vit_large_projector"),
+        _build_step3_vl, _step3_vl_inputs, full_tower="stepfun-ai/step3",
     ),
 ]
 
