@@ -18,6 +18,16 @@ the refusal message if the streamer refuses the tower at wrap time.
 
 writes tower_matrix.json and tower_matrix.md there. `--size tiny` runs the
 CPU-sized towers (seconds), `--families a,b` a subset.
+
+On the H200 (../shared/gpu/README.md), from a checkout with the patched tree:
+
+    ../shared/gpu/pack.sh build/vllm
+    # device, carry [".gpu"]:
+    bash .gpu/run.sh bash -c 'timeout 540 python3 benchmarks/tower_matrix.py \
+        --out-dir $OUT/tower_matrix 2>&1 | tee $OUT/tower_matrix.log | tail -40'
+
+A family that fails to build or encode there becomes an "error" row (with
+its traceback in the JSON); the run goes on with the next family.
 """
 
 from __future__ import annotations
