@@ -6,11 +6,13 @@ import sys
 
 from invoke import Collection, Exit, Task, task
 
-from vllm_fork import check as check_mod
-from vllm_fork import queue, tasks_build, tasks_docker
-from vllm_fork.status import status_report
-from vllm_fork.tasks_rebase import rebase
-from vllm_fork.taskutil import run_or_exit as _run
+from vllm_fork.cli import build as tasks_build
+from vllm_fork.cli import docker as tasks_docker
+from vllm_fork.cli.exit import run_or_exit as _run
+from vllm_fork.cli.rebase import rebase
+from vllm_fork.queue import apply as queue
+from vllm_fork.queue import check as check_mod
+from vllm_fork.queue.status import status_report
 
 
 class _ApplyTask(Task):

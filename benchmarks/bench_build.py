@@ -28,10 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vllm_fork.build import build, seed_cache  # noqa: E402
-from vllm_fork.opskey import compute_key  # noqa: E402
-from vllm_fork.paths import cache_dir, default_tree  # noqa: E402
-from vllm_fork.pylayer import open_layer  # noqa: E402
+from vllm_fork.wheel.build import build, seed_cache  # noqa: E402
+from vllm_fork.ops.key import compute_key  # noqa: E402
+from vllm_fork.core.paths import cache_dir, default_tree  # noqa: E402
+from vllm_fork.wheel.pylayer import open_layer  # noqa: E402
 
 
 def timed(cmd, cwd, env=None) -> float:

@@ -40,9 +40,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vllm_fork.download import fetch  # noqa: E402
-from vllm_fork.gitutil import git  # noqa: E402
-from vllm_fork.pin import load_pin  # noqa: E402
+from vllm_fork.upstream.download import fetch  # noqa: E402
+from vllm_fork.core.git import git  # noqa: E402
+from vllm_fork.upstream.pin import load_pin  # noqa: E402
 
 SCRIPT = REPO / "scripts" / "image_delta.py"
 

@@ -24,12 +24,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vllm_fork import check as check_mod  # noqa: E402
-from vllm_fork import queue  # noqa: E402
-from vllm_fork.download import fetch  # noqa: E402
-from vllm_fork.pin import load_pin  # noqa: E402
-from vllm_fork.series import read_series  # noqa: E402
-from vllm_fork.upstream import import_sdist, upstream_repo  # noqa: E402
+from vllm_fork.queue import check as check_mod  # noqa: E402
+from vllm_fork.queue import apply as queue  # noqa: E402
+from vllm_fork.upstream.download import fetch  # noqa: E402
+from vllm_fork.upstream.pin import load_pin  # noqa: E402
+from vllm_fork.queue.series import read_series  # noqa: E402
+from vllm_fork.upstream.sources import import_sdist, upstream_repo  # noqa: E402
 
 
 def timed(fn) -> float:

@@ -23,11 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vllm_fork import rebase  # noqa: E402
-from vllm_fork.errors import ForkError  # noqa: E402
-from vllm_fork.pin import load_pin  # noqa: E402
-from vllm_fork.rebase_state import Options, in_progress  # noqa: E402
-from vllm_fork.rebase_target import latest_version  # noqa: E402
+from vllm_fork.rebase import run as rebase  # noqa: E402
+from vllm_fork.core.errors import ForkError  # noqa: E402
+from vllm_fork.upstream.pin import load_pin  # noqa: E402
+from vllm_fork.rebase.state import Options, in_progress  # noqa: E402
+from vllm_fork.rebase.target import latest_version  # noqa: E402
 
 PAUSE_FILE = ".rebase-bot-pause"
 LABEL = "rebase-bot"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from forkrepo import sh, write_files
 
-from vllm_fork.paths import REPO_ROOT
+from vllm_fork.core.paths import REPO_ROOT
 
 VLLM_LIKE = {
     "CMakeLists.txt": "project(vllm)\n",

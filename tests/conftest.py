@@ -32,7 +32,7 @@ def fork(tmp_path, cache, upstream_remote) -> ForkRepo:
 @pytest.fixture(scope="session")
 def real_cache() -> Path:
     """The shared cache holding the real vLLM downloads (fetched once, reused)."""
-    from vllm_fork.paths import cache_dir
+    from vllm_fork.core.paths import cache_dir
 
     return cache_dir()
 

@@ -7,7 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.pin import Artifact, Pin, save_pin
+from vllm_fork.upstream.pin import Artifact, Pin, save_pin
 
 TAG = "v1.0.0"
 ZERO = "0" * 64

@@ -15,12 +15,14 @@ import pytest
 from buildtrees import fork_root
 from forkrepo import sh
 
-from vllm_fork import provenance, queue
-from vllm_fork.build import build
-from vllm_fork.paths import default_tree
-from vllm_fork.pin import load_pin
-from vllm_fork.seed import official_wheel
-from vllm_fork.verify import verify
+from vllm_fork.wheel import provenance
+
+from vllm_fork.queue import apply as queue
+from vllm_fork.wheel.build import build
+from vllm_fork.core.paths import default_tree
+from vllm_fork.upstream.pin import load_pin
+from vllm_fork.ops.seed import official_wheel
+from vllm_fork.wheel.verify import verify
 
 pytestmark = pytest.mark.slow
 

@@ -17,14 +17,18 @@ from pathlib import Path
 import pytest
 from buildtrees import fork_root
 
-from vllm_fork import opscache, provenance, queue
-from vllm_fork.build import build, seed_cache
-from vllm_fork.opskey import compute_key, patches_touching_inputs
-from vllm_fork.paths import REPO_ROOT, default_tree
-from vllm_fork.pin import load_pin
-from vllm_fork.seed import is_precompiled_member, official_wheel
-from vllm_fork.verify import verify
-from vllm_fork.zipraw import copy_raw
+from vllm_fork.ops import cache as opscache
+
+from vllm_fork.wheel import provenance
+
+from vllm_fork.queue import apply as queue
+from vllm_fork.wheel.build import build, seed_cache
+from vllm_fork.ops.key import compute_key, patches_touching_inputs
+from vllm_fork.core.paths import REPO_ROOT, default_tree
+from vllm_fork.upstream.pin import load_pin
+from vllm_fork.ops.seed import is_precompiled_member, official_wheel
+from vllm_fork.wheel.verify import verify
+from vllm_fork.wheel.zipraw import copy_raw
 
 pytestmark = pytest.mark.slow
 
@@ -127,7 +131,7 @@ def _link_cache(shared: Path, fresh: Path) -> None:
 
 
 def test_two_builds_sharing_one_fresh_cache(tmp_path, real_root):
-    from vllm_fork.paths import cache_dir
+    from vllm_fork.core.paths import cache_dir
 
     fresh = tmp_path / "cache"
     _link_cache(cache_dir(), fresh)
@@ -165,7 +169,7 @@ def test_two_builds_sharing_one_fresh_cache(tmp_path, real_root):
 
 
 def test_corrupt_python_layer_is_rebuilt_and_the_wheel_is_unchanged(tmp_path, real_root, fast_build, capfd):
-    from vllm_fork.paths import cache_dir
+    from vllm_fork.core.paths import cache_dir
 
     # A private cache (the shared one's artifact hard-linked, its build env and metadata linked)
     # so corrupting the layer touches nothing other builds use.

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.docker import _logical_lines, dockerfile_args
-from vllm_fork.paths import REPO_ROOT
+from vllm_fork.image.plan import _logical_lines, dockerfile_args
+from vllm_fork.core.paths import REPO_ROOT
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 
@@ -122,8 +122,8 @@ def test_entrypoint_and_healthcheck(st):
 @pytest.mark.slow
 def test_entrypoint_is_upstreams(st):
     """Same server entrypoint as upstream's vllm-openai target in the pinned release's own Dockerfile."""
-    from vllm_fork.download import fetch
-    from vllm_fork.pin import load_pin
+    from vllm_fork.upstream.download import fetch
+    from vllm_fork.upstream.pin import load_pin
 
     pin = load_pin()
     sdist = fetch("vllm", pin.sdist.filename, pin.sdist.sha256)

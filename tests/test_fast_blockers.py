@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from buildtrees import commit, make_tree
 
-from vllm_fork.wheel_fast import blockers
+from vllm_fork.wheel.fast import blockers
 
 
 @pytest.fixture

@@ -10,8 +10,10 @@ from buildtrees import fork_root
 from ociregistry import registry
 from test_opscache import KEY, make_artifact
 
-from vllm_fork import oci, opscache
-from vllm_fork.errors import ForkError
+from vllm_fork.ops import oci
+
+from vllm_fork.ops import cache as opscache
+from vllm_fork.core.errors import ForkError
 
 REPO = "team/vllm-ops"
 

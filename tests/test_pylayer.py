@@ -9,8 +9,8 @@ from pathlib import Path
 
 from buildtrees import VLLM_LIKE, make_tree
 
-from vllm_fork import pylayer
-from vllm_fork.download import sha256_file
+from vllm_fork.wheel import pylayer
+from vllm_fork.upstream.download import sha256_file
 
 FILES = {**VLLM_LIKE, **{f"vllm/mod{i}.py": f"VALUE = {i}\n" * 50 for i in range(20)}}
 
@@ -69,7 +69,7 @@ def _open_many(args):
 
     tree, cache = args
     os.environ["VLLM_FORK_CACHE"] = cache
-    from vllm_fork import pylayer as pl
+    from vllm_fork.wheel import pylayer as pl
 
     digests = []
     for _ in range(5):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from forkrepo import TAG, sh
-from vllm_fork import check as check_mod
-from vllm_fork import queue
-from vllm_fork.errors import ForkError
-from vllm_fork.status import status_report
+from vllm_fork.queue import check as check_mod
+from vllm_fork.queue import apply as queue
+from vllm_fork.core.errors import ForkError
+from vllm_fork.queue.status import status_report
 
 WHY = "Users need this because the default is wrong for production deployments."
 

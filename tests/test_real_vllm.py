@@ -8,12 +8,12 @@ import tarfile
 
 import pytest
 
-from vllm_fork import check as check_mod
-from vllm_fork import queue
-from vllm_fork.download import fetch
-from vllm_fork.paths import REPO_ROOT
-from vllm_fork.pin import load_pin
-from vllm_fork.upstream import ensure_upstream
+from vllm_fork.queue import check as check_mod
+from vllm_fork.queue import apply as queue
+from vllm_fork.upstream.download import fetch
+from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.upstream.pin import load_pin
+from vllm_fork.upstream.sources import ensure_upstream
 
 pytestmark = pytest.mark.slow
 

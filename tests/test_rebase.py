@@ -10,11 +10,11 @@ import pytest
 
 from rebase_world import (BASE_FILES, config_py, file_index, make_world, sdist_bytes, sh,
                           two_patch_world)
-from vllm_fork import check as check_mod
-from vllm_fork import rebase
-from vllm_fork.errors import ForkError
-from vllm_fork.pin import load_pin
-from vllm_fork.rebase_state import Options, in_progress
+from vllm_fork.queue import check as check_mod
+from vllm_fork.rebase import run as rebase
+from vllm_fork.core.errors import ForkError
+from vllm_fork.upstream.pin import load_pin
+from vllm_fork.rebase.state import Options, in_progress
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -130,7 +130,7 @@ def test_conflict_stops_then_continue_finishes(tmp_path):
     sh(w.tree, "git", "add", "mini/config.py")
     # --continue from a fresh process: the state lives on disk.
     proc = subprocess.run(
-        [sys.executable, "-c", f"from pathlib import Path; from vllm_fork import rebase; "
+        [sys.executable, "-c", f"from pathlib import Path; from vllm_fork.rebase import run as rebase; "
          f"o = rebase.continue_(Path({str(w.root)!r})); print(o.done, [r.outcome for r in o.state.results])"],
         cwd=REPO, capture_output=True, text=True, env={**__import__('os').environ},
     )
@@ -153,7 +153,7 @@ def test_conflict_then_abort_loses_nothing_byte_for_byte(tmp_path):
     assert w.snapshot() != before
 
     proc = subprocess.run(
-        [sys.executable, "-c", f"from pathlib import Path; from vllm_fork import rebase; rebase.abort(Path({str(w.root)!r}))"],
+        [sys.executable, "-c", f"from pathlib import Path; from vllm_fork.rebase import run as rebase; rebase.abort(Path({str(w.root)!r}))"],
         cwd=REPO, capture_output=True, text=True,
     )
     assert proc.returncode == 0, proc.stderr
@@ -216,7 +216,7 @@ def test_latest_from_a_package_index_with_small_sdists(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_INDEX_URL", url)
     import hashlib
 
-    from vllm_fork.pin import Artifact, save_pin
+    from vllm_fork.upstream.pin import Artifact, save_pin
 
     pin = load_pin(w.root)
     save_pin(pin.with_changes(source="pypi", sdist=Artifact("vllm-1.0.0.tar.gz", hashlib.sha256(v1).hexdigest())), w.root)

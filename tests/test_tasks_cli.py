@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from vllm_fork.paths import REPO_ROOT
+from vllm_fork.core.paths import REPO_ROOT
 
 
 def invoke(*args: str) -> str:
