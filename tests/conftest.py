@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from forkrepo import ForkRepo, make_upstream_repo
 
 

@@ -15,13 +15,12 @@ import pytest
 from buildtrees import fork_root
 from forkrepo import sh
 
-from vllm_fork.wheel import provenance
-
-from vllm_fork.queue import apply as queue
-from vllm_fork.wheel.build import build
 from vllm_fork.core.paths import default_tree
-from vllm_fork.upstream.pin import load_pin
 from vllm_fork.ops.seed import official_wheel
+from vllm_fork.queue import apply as queue
+from vllm_fork.upstream.pin import load_pin
+from vllm_fork.wheel import provenance
+from vllm_fork.wheel.build import build
 from vllm_fork.wheel.verify import verify
 
 pytestmark = pytest.mark.slow

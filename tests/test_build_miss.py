@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from buildtrees import commit, fork_root, make_tree
 
-from vllm_fork.wheel import build as build_mod
 from vllm_fork.core.errors import ForkError
+from vllm_fork.wheel import build as build_mod
 from vllm_fork.wheel.precompiled import cuda_toolkit
 
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.image import plan as img
-from vllm_fork.image import stage as docker_stage
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import git
 from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.image import plan as img
+from vllm_fork.image import stage as docker_stage
 
 VERSION = "0.33.0+fork.abc123"
 WHEEL = f"vllm-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.image.plan import _logical_lines, dockerfile_args
 from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.image.plan import _logical_lines, dockerfile_args
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.image.plan import _logical_lines
 from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.image.plan import _logical_lines
 
 pytestmark = pytest.mark.slow  # makes venvs and runs pip
 

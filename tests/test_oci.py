@@ -10,10 +10,9 @@ from buildtrees import fork_root
 from ociregistry import registry
 from test_opscache import KEY, make_artifact
 
-from vllm_fork.ops import oci
-
-from vllm_fork.ops import cache as opscache
 from vllm_fork.core.errors import ForkError
+from vllm_fork.ops import cache as opscache
+from vllm_fork.ops import oci
 
 REPO = "team/vllm-ops"
 

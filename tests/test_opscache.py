@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from buildtrees import fork_root
 
-from vllm_fork.ops import cache as opscache
 from vllm_fork.core.errors import ForkError
+from vllm_fork.ops import cache as opscache
 
 
 def make_artifact(path: Path, salt: str = "") -> Path:

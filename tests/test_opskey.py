@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from buildtrees import commit, fork_root, make_tree
 
+from vllm_fork.core.errors import ForkError
 from vllm_fork.ops.inputs import load_params, parse_inputs
 from vllm_fork.ops.key import compute_key, patches_touching_inputs
-from vllm_fork.core.errors import ForkError
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from buildtrees import VLLM_LIKE, make_tree
 
+from vllm_fork.core.fs import sha256_file, sha256_fp
 from vllm_fork.wheel import pylayer
-from vllm_fork.upstream.download import sha256_file
 
 FILES = {**VLLM_LIKE, **{f"vllm/mod{i}.py": f"VALUE = {i}\n" * 50 for i in range(20)}}
 
@@ -74,7 +74,7 @@ def _open_many(args):
     digests = []
     for _ in range(5):
         with pl.open_layer(Path(tree), "HEAD") as fp:
-            digests.append(pl._sha256_fp(fp)[0])
+            digests.append(sha256_fp(fp)[0])
     return digests
 
 

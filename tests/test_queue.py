@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
 from forkrepo import TAG, sh
-from vllm_fork.queue import check as check_mod
-from vllm_fork.queue import apply as queue
+
 from vllm_fork.core.errors import ForkError
+from vllm_fork.queue import apply as queue
+from vllm_fork.queue import check as check_mod
 from vllm_fork.queue.status import status_report
 
 WHY = "Users need this because the default is wrong for production deployments."

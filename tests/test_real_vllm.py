@@ -8,10 +8,10 @@ import tarfile
 
 import pytest
 
-from vllm_fork.queue import check as check_mod
-from vllm_fork.queue import apply as queue
-from vllm_fork.upstream.download import fetch
 from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.queue import apply as queue
+from vllm_fork.queue import check as check_mod
+from vllm_fork.upstream.download import fetch
 from vllm_fork.upstream.pin import load_pin
 from vllm_fork.upstream.sources import ensure_upstream
 

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.queue import check as check_mod
-from vllm_fork.queue import apply as queue
-from vllm_fork.rebase import run as rebase
 from vllm_fork.core.git import git
-from vllm_fork.upstream.pin import load_pin
+from vllm_fork.queue import apply as queue
+from vllm_fork.queue import check as check_mod
+from vllm_fork.queue.series import read_series
+from vllm_fork.rebase import run as rebase
 from vllm_fork.rebase.classify import CLEAN, DROPPED, THREE_WAY
 from vllm_fork.rebase.state import Options
 from vllm_fork.rebase.target import latest_version, release_versions
+from vllm_fork.upstream.pin import load_pin
 from vllm_fork.upstream.pkgindex import list_files
-from vllm_fork.queue.series import read_series
 from vllm_fork.upstream.sources import ensure_upstream
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,12 +9,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from forkrepo import TAG, sh
 from httpserver import serve
-from vllm_fork.upstream import download
-from vllm_fork.queue import apply as queue
+
 from vllm_fork.core.errors import ForkError
+from vllm_fork.queue import apply as queue
+from vllm_fork.upstream import download
 from vllm_fork.upstream.pin import Artifact, load_pin, save_pin
 from vllm_fork.upstream.sources import ensure_upstream, import_sdist, upstream_repo
 

@@ -24,6 +24,13 @@ def cache_dir() -> Path:
     return path
 
 
+def cache_subdir(name: str) -> Path:
+    """A directory of the cache (downloads, ops, pylayer, ...), made if missing."""
+    path = cache_dir() / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def patches_dir(root: Path = REPO_ROOT) -> Path:
     return root / "patches"
 

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.fs import write_atomic
 from vllm_fork.core.git import git
 from vllm_fork.core.paths import REPO_ROOT, cache_dir, patches_dir
-from vllm_fork.upstream.pin import Pin, load_pin, write_atomic
+from vllm_fork.upstream.pin import Pin, load_pin
 
 DOCKERFILE = "Dockerfile"
 #: Where `invoke docker` stages what it hands to the builder (under build/, git-ignored).

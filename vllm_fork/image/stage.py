@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.fs import copy_atomic, sha256_file
 from vllm_fork.image.plan import _strip_userinfo, load_wheel
-from vllm_fork.upstream.download import sha256_file
 
 
 def seed_cache(seed: Path, cache: Path) -> list[Path]:
@@ -33,14 +31,7 @@ def seed_cache(seed: Path, cache: Path) -> list[Path]:
         if dest.exists():
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".seed")
-        os.close(fd)
-        try:
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        copy_atomic(src, dest)
         added.append(rel)
     return added
 

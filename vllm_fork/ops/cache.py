@@ -11,13 +11,11 @@ rename, and index updates hold a lock, so builds sharing a cache cannot corrupt 
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import hashlib
 import json
 import os
 import sys
-import tempfile
 import urllib.parse
 import urllib.request
 import zipfile
@@ -26,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
-from vllm_fork.core.paths import REPO_ROOT, cache_dir
+from vllm_fork.core.fs import atomic_open, b64_digest, sha256_file, write_atomic
+from vllm_fork.core.paths import REPO_ROOT, cache_dir, cache_subdir
 from vllm_fork.ops import oci
-from vllm_fork.upstream.download import fetch_url, sha256_file
-from vllm_fork.upstream.pin import write_atomic
+from vllm_fork.upstream.download import fetch_url
 
 INDEX_FILE = Path("ops-cache") / "index.json"
 REMOTES_ENV = "VLLM_FORK_OPS_REMOTES"
@@ -37,9 +35,7 @@ SCHEMA = 1
 
 
 def ops_dir() -> Path:
-    path = cache_dir() / "ops"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return cache_subdir("ops")
 
 
 def artifact_filename(key: str) -> str:
@@ -128,10 +124,6 @@ def remotes(root: Path = REPO_ROOT) -> list[str]:
 # -- member RECORD: sha256 and size of every member, as a wheel's RECORD needs them --
 
 
-def _b64(digest: bytes) -> str:
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-
 def member_record(artifact: Path) -> dict[str, tuple[str, int]]:
     """name -> (urlsafe-b64 sha256, size) of every member (reads and inflates them all)."""
     record = {}
@@ -141,7 +133,7 @@ def member_record(artifact: Path) -> dict[str, tuple[str, int]]:
             with zf.open(info) as fh:  # zipfile checks each member's CRC as it reads
                 while chunk := fh.read(1 << 20):
                     digest.update(chunk)
-            record[info.filename] = (_b64(digest.digest()), info.file_size)
+            record[info.filename] = (b64_digest(digest.digest()), info.file_size)
     return record
 
 
@@ -176,19 +168,13 @@ def load_member_record(entry: Entry, artifact: Path) -> dict[str, tuple[str, int
 
 
 def _copy_verified(src: Path, dest: Path, sha256: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    try:
-        digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
-                out.write(chunk)
+    digest = hashlib.sha256()
+    with atomic_open(dest, ".part") as out, open(src, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+            out.write(chunk)
         if digest.hexdigest() != sha256:
             raise ForkError(f"{src} has sha256 {digest.hexdigest()}, the index says {sha256}: not used")
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _fetch_from(remote: str, entry: Entry, dest: Path) -> None:

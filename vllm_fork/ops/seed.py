@@ -20,7 +20,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.upstream.download import fetch, sha256_file
+from vllm_fork.core.fs import sha256_file
+from vllm_fork.upstream.download import fetch
 from vllm_fork.upstream.pin import Pin
 from vllm_fork.wheel.zipraw import copy_raw
 

@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.fs import write_atomic
 from vllm_fork.rebase.classify import PatchResult
 from vllm_fork.rebase.target import pin_from_dict
-from vllm_fork.upstream.pin import PIN_FILE, Pin, write_atomic
+from vllm_fork.upstream.pin import PIN_FILE, Pin
 
 STATE = "state.json"
 REPORT = "report.md"

@@ -12,7 +12,8 @@ import urllib.request
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
-from vllm_fork.core.paths import cache_dir
+from vllm_fork.core.fs import rename_into_place, sha256_file
+from vllm_fork.core.paths import cache_subdir
 from vllm_fork.upstream.pkgindex import find_file
 
 RETRIES = 3
@@ -20,17 +21,7 @@ CHUNK = 1 << 20
 
 
 def downloads_dir() -> Path:
-    path = cache_dir() / "downloads"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return cache_subdir("downloads")
 
 
 class _Progress:
@@ -66,10 +57,11 @@ def fetch_url(url: str | urllib.request.Request, dest: Path, sha256: str, timeou
     last: Exception | None = None
     for attempt in range(1, RETRIES + 1):
         fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+        os.close(fd)
         tmp = Path(tmp_name)
         try:
             digest = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as resp:
+            with open(tmp, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as resp:
                 length = resp.headers.get("Content-Length")
                 progress = _Progress(dest.name, int(length) if length else None)
                 while chunk := resp.read(CHUNK):
@@ -85,7 +77,7 @@ def fetch_url(url: str | urllib.request.Request, dest: Path, sha256: str, timeou
                     "The partial download was deleted. If the pin is wrong, fix upstream.toml; "
                     "if the index serves a different file, check `pip config list`."
                 )
-            os.replace(tmp, dest)
+            rename_into_place(tmp, dest)
             return dest
         except ForkError:
             tmp.unlink(missing_ok=True)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.fs import write_atomic
 from vllm_fork.core.paths import REPO_ROOT
 
 PIN_FILE = "upstream.toml"
@@ -91,13 +90,3 @@ def save_pin(pin: Pin, root: Path = REPO_ROOT) -> None:
     """Write the pin atomically: a reader sees the old file or the new one, never half."""
     write_atomic(root / PIN_FILE, render_pin(pin).encode())
 
-
-def write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

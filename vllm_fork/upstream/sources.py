@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.fs import sha256_file
 from vllm_fork.core.git import FIXED_EMAIL, FIXED_NAME, git, rev
 from vllm_fork.core.paths import cache_dir
-from vllm_fork.upstream.download import fetch, sha256_file
+from vllm_fork.upstream.download import fetch
 from vllm_fork.upstream.pin import SOURCES, Pin
 
 

@@ -16,17 +16,16 @@ metadata, non-Python package files, symlinks, the vendored compiled trees) makes
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.core.fs import atomic_path
 from vllm_fork.core.git import git
 from vllm_fork.ops.seed import is_precompiled_member
 from vllm_fork.wheel.metadata import WheelMetadata
-from vllm_fork.wheel.pylayer import b64_sha256, open_layer, read_blobs
+from vllm_fork.wheel.pylayer import open_layer, read_blobs
 from vllm_fork.wheel.writer import WheelWriter, walk_key
 
 PACKAGE = "vllm/"
@@ -106,34 +105,28 @@ def build_fast(
 
     filename = f"vllm-{version}-{tag}.whl"
     out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=out_dir, prefix=f".{filename}.", suffix=".part")
-    os.close(fd)
-    tmp = Path(tmp_name)
+    final = out_dir / filename
     try:
-        writer = WheelWriter(tmp, dist_info)
-        with open(artifact, "rb") as art_fp, layer_fp:
-            for name in sorted(sources, key=lambda n: walk_key(n, dist_info)):
-                src = sources[name]
-                if src[0] == "artifact":
-                    digest, size = artifact_record[name]
-                    writer.add_raw(art_fp, art_infos[name], name, digest, size)
-                elif src[0] == "bytes":
-                    writer.add_bytes(name, src[1])
-                elif src[1] in layer:
-                    info = layer[src[1]]
-                    digest, size = info.comment.decode().split(",")
-                    writer.add_raw(layer_fp, info, name, digest, int(size))
-                else:
-                    writer.add_bytes(name, fresh_data[src[1]], mode=src[2] & 0o777 | 0o100000)
-        writer.close()
-        final = out_dir / filename
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        with atomic_path(final, ".part") as tmp:
+            writer = WheelWriter(tmp, dist_info)
+            with open(artifact, "rb") as art_fp, layer_fp:
+                for name in sorted(sources, key=lambda n: walk_key(n, dist_info)):
+                    src = sources[name]
+                    if src[0] == "artifact":
+                        digest, size = artifact_record[name]
+                        writer.add_raw(art_fp, art_infos[name], name, digest, size)
+                    elif src[0] == "bytes":
+                        writer.add_bytes(name, src[1])
+                    elif src[1] in layer:
+                        info = layer[src[1]]
+                        digest, size = info.comment.decode().split(",")
+                        writer.add_raw(layer_fp, info, name, digest, int(size))
+                    else:
+                        writer.add_bytes(name, fresh_data[src[1]], mode=src[2] & 0o777 | 0o100000)
+            writer.close()
     finally:
         layer_fp.close()
     return FastResult(final, len(sources) + 1, len(fresh), time.perf_counter() - start)
 
 
-__all__ = ["blockers", "build_fast", "FastResult", "b64_sha256"]
+__all__ = ["blockers", "build_fast", "FastResult"]

@@ -10,9 +10,8 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from vllm_fork.core.fs import sha256_file, write_atomic
 from vllm_fork.core.git import git
-from vllm_fork.upstream.download import sha256_file
-from vllm_fork.upstream.pin import write_atomic
 
 SCHEMA = 1
 SUFFIX = ".provenance.json"

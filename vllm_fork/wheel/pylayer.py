@@ -15,8 +15,6 @@ with identical bytes and a manifest always names a file that matches it.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import subprocess
@@ -26,9 +24,9 @@ import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
+from vllm_fork.core.fs import b64_sha256, rename_into_place, sha256_fp, write_atomic
 from vllm_fork.core.git import git_env, out
-from vllm_fork.core.paths import cache_dir
-from vllm_fork.upstream.pin import write_atomic
+from vllm_fork.core.paths import cache_subdir
 
 DATE_TIME = (1980, 1, 1, 0, 0, 0)
 SCHEMA = 1
@@ -36,9 +34,7 @@ CHUNK = 1 << 20
 
 
 def layer_dir() -> Path:
-    path = cache_dir() / "pylayer"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return cache_subdir("pylayer")
 
 
 def manifest_path(tree_id: str) -> Path:
@@ -66,19 +62,6 @@ def read_blobs(repo: Path, blobs: list[str]) -> dict[str, bytes]:
     return result
 
 
-def b64_sha256(data: bytes) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-def _sha256_fp(fp: BinaryIO) -> tuple[str, int]:
-    fp.seek(0)
-    digest, size = hashlib.sha256(), 0
-    while chunk := fp.read(CHUNK):
-        digest.update(chunk)
-        size += len(chunk)
-    fp.seek(0)
-    return digest.hexdigest(), size
-
 
 def _read_manifest(tree_id: str) -> dict | None:
     try:
@@ -104,7 +87,7 @@ def _open_verified(tree_id: str) -> tuple[BinaryIO | None, str | None]:
         fp = open(path, "rb")
     except FileNotFoundError:
         return None, f"{path} named by its manifest is missing"
-    got, size = _sha256_fp(fp)
+    got, size = sha256_fp(fp)
     if got == want and size == manifest.get("size"):
         return fp, None
     fp.close()
@@ -126,9 +109,9 @@ def _build(repo: Path, commit: str, subdir: str, tree_id: str) -> None:
                 info.comment = f"{b64_sha256(contents[blob])},{len(contents[blob])}".encode()
                 zf.writestr(info, contents[blob])
         with open(tmp, "rb") as fp:
-            sha256, size = _sha256_fp(fp)
+            sha256, size = sha256_fp(fp)
         name = f"{tree_id}-{sha256[:16]}.zip"
-        os.replace(tmp, layer_dir() / name)  # same name, same bytes: a concurrent builder's rename is harmless
+        rename_into_place(Path(tmp), layer_dir() / name)  # same name, same bytes: a concurrent builder's rename is harmless
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

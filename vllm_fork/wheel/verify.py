@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.fs import b64_sha256, sha256_file
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.ops import cache as opscache
 from vllm_fork.ops.seed import official_wheel
-from vllm_fork.upstream.download import sha256_file
 from vllm_fork.upstream.pin import load_pin
 from vllm_fork.wheel import provenance
 from vllm_fork.wheel.writer import read_record
@@ -28,10 +27,6 @@ class Report:
 
     def bad(self, msg: str) -> None:
         self.problems.append(msg)
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def _metadata_body(text: str) -> str:
@@ -60,7 +55,7 @@ def verify(wheel: Path, root: Path = REPO_ROOT) -> Report:
         # Every member against the wheel's own RECORD (reads and hashes them all).
         hashes: dict[str, str] = {}
         for info in zf.infolist():
-            hashes[info.filename] = _b64(zf.read(info))
+            hashes[info.filename] = b64_sha256(zf.read(info))
         rows = {row[0]: row for row in read_record(zf, dist_info)}
         bad_rows = [n for n, h in hashes.items() if n != f"{dist_info}/RECORD"
                     and (n not in rows or rows[n][1] != f"sha256={h}")]

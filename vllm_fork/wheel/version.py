@@ -6,9 +6,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.core.fs import sha256_file
 from vllm_fork.core.paths import REPO_ROOT, patches_dir
 from vllm_fork.queue.series import read_series
-from vllm_fork.upstream.download import sha256_file
 
 
 @dataclass(frozen=True)

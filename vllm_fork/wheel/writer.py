@@ -7,14 +7,13 @@ sorted order, and writes RECORD last, listing members in the order written.
 
 from __future__ import annotations
 
-import base64
 import csv
-import hashlib
 import io
 import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
+from vllm_fork.core.fs import b64_sha256
 from vllm_fork.wheel.zipraw import copy_raw
 
 # A fixed timestamp: member bytes, not times, identify a wheel's contents.
@@ -31,7 +30,7 @@ def walk_key(arcname: str, dist_info: str) -> tuple:
 
 
 def record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return "sha256=" + b64_sha256(data)
 
 
 class WheelWriter:
