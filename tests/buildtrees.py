@@ -24,8 +24,9 @@ VLLM_LIKE = {
 }
 
 
-def make_tree(path: Path, files: dict[str, str] | None = None, author: str = "Up Stream",
-              date: str = "2026-01-01T00:00:00+0000") -> Path:
+def make_tree(
+    path: Path, files: dict[str, str] | None = None, author: str = "Up Stream", date: str = "2026-01-01T00:00:00+0000"
+) -> Path:
     """A git repo whose first commit is `refs/fork/upstream`, on branch `patched`."""
     path.mkdir(parents=True)
     sh(path, "git", "init", "-q", "-b", "patched")

@@ -67,7 +67,7 @@ class ForkRepo:
     remote: Path
 
     @classmethod
-    def create(cls, root: Path, remote: Path) -> "ForkRepo":
+    def create(cls, root: Path, remote: Path) -> ForkRepo:
         (root / "patches").mkdir(parents=True)
         (root / "patches" / "series").write_text("")
         commit = sh(remote, "git", "rev-parse", f"{TAG}^{{commit}}")
@@ -113,6 +113,6 @@ class ForkRepo:
         files["upstream.toml"] = (self.root / "upstream.toml").read_bytes()
         return files
 
-    def clone(self, dest: Path) -> "ForkRepo":
+    def clone(self, dest: Path) -> ForkRepo:
         shutil.copytree(self.root, dest, ignore=shutil.ignore_patterns("build"))
         return ForkRepo(dest, self.remote)

@@ -29,7 +29,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     @property
-    def reg(self) -> "TestRegistry":
+    def reg(self) -> TestRegistry:
         return self.server  # type: ignore[return-value]
 
     def _send(self, code: int, body: bytes = b"", headers: dict | None = None, head: bool = False) -> None:
@@ -53,9 +53,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return True
         actions = "pull" if action == "pull" else "pull,push"
         host = f"http://127.0.0.1:{self.reg.server_address[1]}"
-        self._send(401, b'{"errors":[{"code":"UNAUTHORIZED"}]}', {
-            "WWW-Authenticate": f'Bearer realm="{host}/token",service="{SERVICE}",scope="repository:{repo}:{actions}"',
-        })
+        self._send(
+            401,
+            b'{"errors":[{"code":"UNAUTHORIZED"}]}',
+            {
+                "WWW-Authenticate": f'Bearer realm="{host}/token",service="{SERVICE}",scope="repository:{repo}:{actions}"',
+            },
+        )
         return False
 
     def _handle(self, method: str) -> None:

@@ -107,8 +107,18 @@ def make_world(tmp: Path) -> World:
         "ARG VLLM_BASE_DIGEST=sha256:" + "1" * 64 + "\n"
         "FROM ${VLLM_BASE_IMAGE}:${VLLM_BASE_TAG}${VLLM_BASE_DIGEST:+@}${VLLM_BASE_DIGEST}\n"
     )
-    save_pin(Pin("1.0.0", "v1.0.0", commit, "git", str(remote),
-                 Artifact("vllm-1.0.0.tar.gz", ZERO), Artifact("vllm-1.0.0-py3-none-any.whl", ZERO)), root)
+    save_pin(
+        Pin(
+            "1.0.0",
+            "v1.0.0",
+            commit,
+            "git",
+            str(remote),
+            Artifact("vllm-1.0.0.tar.gz", ZERO),
+            Artifact("vllm-1.0.0-py3-none-any.whl", ZERO),
+        ),
+        root,
+    )
     sh(root, "git", "init", "-q", "-b", "main")
     sh(root, "git", "add", "-A")
     sh(root, "git", "commit", "-qm", "fork on mini 1.0.0")
@@ -120,10 +130,20 @@ def make_world(tmp: Path) -> World:
 def two_patch_world(tmp: Path) -> World:
     """The fork carries two patches: OPTION_5 5 -> 50 (config.py), run() doubles -> triples (engine.py)."""
     world = make_world(tmp)
-    world.add_patch("mini/config.py", "OPTION_5 = 5\n", "OPTION_5 = 50\n", "Raise option 5 to 50",
-                    "Production traffic needs ten times the default; 5 starves the pool.")
-    world.add_patch("mini/engine.py", "return x * 2", "return x * 3", "Triple in run()",
-                    "Our batches need a factor of three to keep the GPU busy.")
+    world.add_patch(
+        "mini/config.py",
+        "OPTION_5 = 5\n",
+        "OPTION_5 = 50\n",
+        "Raise option 5 to 50",
+        "Production traffic needs ten times the default; 5 starves the pool.",
+    )
+    world.add_patch(
+        "mini/engine.py",
+        "return x * 2",
+        "return x * 3",
+        "Triple in run()",
+        "Our batches need a factor of three to keep the GPU busy.",
+    )
     return world
 
 

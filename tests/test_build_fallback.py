@@ -35,8 +35,17 @@ def test_a_requirements_patch_falls_back_to_the_precompiled_route(tmp_path, capf
     tree = default_tree(root)
     with open(tree / "requirements" / "common.txt", "a") as fh:
         fh.write(ADDED)
-    sh(tree, "git", "-c", "user.name=Fork Dev", "-c", "user.email=dev@fork.example", "commit", "-qam",
-       "[Deps] Require xxhash")
+    sh(
+        tree,
+        "git",
+        "-c",
+        "user.name=Fork Dev",
+        "-c",
+        "user.email=dev@fork.example",
+        "commit",
+        "-qam",
+        "[Deps] Require xxhash",
+    )
     names = queue.export(tree, root)
     assert names[:-1] == real_series and names[-1].startswith(f"{len(real_series) + 1:04d}-")
     capfd.readouterr()

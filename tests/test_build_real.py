@@ -139,10 +139,14 @@ def test_two_builds_sharing_one_fresh_cache(tmp_path, real_root):
     (roots[1] / "ops-cache").symlink_to(roots[0] / "ops-cache")
     script = "import sys; from pathlib import Path; from vllm_fork.build import build; print(build(root=Path(sys.argv[1])).wheel)"
     env = {**os.environ, "VLLM_FORK_CACHE": str(fresh), "PYTHONPATH": str(REPO_ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in roots]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(r)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for r in roots
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     wheels = [Path(out.strip().splitlines()[-1]) for out, _ in outs]
     assert opscache.sha256_file(wheels[0]) == opscache.sha256_file(wheels[1])

@@ -89,8 +89,11 @@ def test_delta_stage_installs_the_wheel_with_no_deps_over_the_same_base(st):
     (run,) = instr(delta, "RUN")
     assert "--mount=type=bind,from=wheel,source=/dist,target=/tmp/fork-dist" in run
     script = "python3 /opt/image-delta/image_delta.py"
-    steps = [run.index(f"{script} snapshot "), run.index("pip install --no-deps --no-compile --no-cache-dir"),
-             run.index(f"{script} diff ")]
+    steps = [
+        run.index(f"{script} snapshot "),
+        run.index("pip install --no-deps --no-compile --no-cache-dir"),
+        run.index(f"{script} diff "),
+    ]
     assert steps == sorted(steps), "snapshot, then pip's install, then the diff"
     assert "--mount=type=cache" not in run and "--mount=type=secret" not in run
 
@@ -188,7 +191,13 @@ def test_dockerignore_is_an_allowlist():
     assert lines[0] == "*"
     allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
     assert allowed == {
-        "pyproject.toml", "upstream.toml", "tasks.py", "vllm_fork", "patches", "ops-cache", "scripts/image_delta.py"
+        "pyproject.toml",
+        "upstream.toml",
+        "tasks.py",
+        "vllm_fork",
+        "patches",
+        "ops-cache",
+        "scripts/image_delta.py",
     }
 
 

@@ -14,7 +14,9 @@ def tree(tmp_path):
 
 
 def test_python_and_docs_changes_are_handled(tree):
-    commit(tree, {"vllm/config/multimodal.py": "x = 16\n", "vllm/new_module.py": "y = 1\n", "docs/index.md": "# d\n"}, "p")
+    commit(
+        tree, {"vllm/config/multimodal.py": "x = 16\n", "vllm/new_module.py": "y = 1\n", "docs/index.md": "# d\n"}, "p"
+    )
     (tree / "vllm" / "__init__.py").unlink()
     commit(tree, {}, "delete a module")
     assert blockers(tree, "refs/fork/upstream", "HEAD") == []

@@ -20,7 +20,6 @@ def test_write_atomic_gives_the_umask_mode_not_mkstemps_0600(tmp_path):
 def test_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path):
     (tmp_path / "f").write_bytes(b"old")
 
-
     with pytest.raises(TypeError):
         write_atomic(tmp_path / "f", object())  # not bytes: the write fails half-way
     assert (tmp_path / "f").read_bytes() == b"old"

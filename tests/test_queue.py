@@ -153,9 +153,19 @@ def test_check_reports_every_problem_at_once(fork):
     (p / "0007-stale.patch").write_text(stale)
     (p / "series").write_text(
         "\n".join(
-            [names[0], names[1], names[0], "../outside.patch", "0008-missing.patch",
-             "0003-empty.patch", "0004-corrupt.patch", "0006-no-body.patch", "0007-stale.patch"]
-        ) + "\n"
+            [
+                names[0],
+                names[1],
+                names[0],
+                "../outside.patch",
+                "0008-missing.patch",
+                "0003-empty.patch",
+                "0004-corrupt.patch",
+                "0006-no-body.patch",
+                "0007-stale.patch",
+            ]
+        )
+        + "\n"
     )
     before = fork.snapshot()
     problems = "\n".join(check_mod.check(fork.root))
@@ -177,8 +187,7 @@ def test_check_catches_a_patch_not_in_exported_form(fork):
     path.write_text(path.read_text() + "-- \n2.39.5\n\n")
     problems = check_mod.check(fork.root)
     assert problems == [
-        f"{names[0]}: not in exported form (apply + export changes its bytes); "
-        "run `invoke apply && invoke export`"
+        f"{names[0]}: not in exported form (apply + export changes its bytes); run `invoke apply && invoke export`"
     ]
 
 

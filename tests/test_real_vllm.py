@@ -42,12 +42,12 @@ def test_import_is_exactly_the_sdist_and_the_same_everywhere(pin):
         assert up.commit == IMPORTED_0_33_0
     sdist = fetch("vllm", pin.sdist.filename, pin.sdist.sha256)
     with tarfile.open(sdist) as tar:
-        shipped = sorted(
-            m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile() or m.issym()
-        )
+        shipped = sorted(m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile() or m.issym())
     tracked = subprocess.run(
         ["git", "-C", str(up.repo), "ls-tree", "-r", "--name-only", up.commit],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.splitlines()
     assert sorted(tracked) == shipped
     # Shipped although the sdist's own .gitignore matches them.
@@ -60,7 +60,9 @@ def test_real_series_applies_checks_and_round_trips(fork_copy):
     tree = fork_copy / "build" / "vllm"
     subjects = subprocess.run(
         ["git", "-C", str(tree), "log", "--format=%s", "refs/fork/upstream..HEAD"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.splitlines()
     assert len(subjects) == len((fork_copy / "patches" / "series").read_text().split())
     assert "default=16" in (tree / "vllm" / "config" / "multimodal.py").read_text()

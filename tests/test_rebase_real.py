@@ -39,8 +39,13 @@ def fork_copy(dest: Path) -> Path:
     shutil.copy2(REPO / "upstream.toml", dest / "upstream.toml")
     shutil.copytree(REPO / "ops-cache", dest / "ops-cache")
     (dest / ".gitignore").write_text("/build/\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     for cmd in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "fork"]):
         subprocess.run(["git", "-C", str(dest), *cmd], check=True, env=env, capture_output=True)
     return dest
@@ -84,7 +89,9 @@ def test_real_release_hop_and_back(tmp_path):
         assert got[i] == what if what != THREE_WAY else got[i] in (THREE_WAY, DROPPED)
     for r in down.state.results:  # the report's table says, per patch, what git did
         row = next(ln for ln in down.report.splitlines() if f"`{r.name}`" in ln and ln.startswith("| "))
-        assert {"clean": "| clean |", "3-way": "| 3-way merge |", "dropped": "| dropped: already upstream |"}[r.outcome] in row
+        assert {"clean": "| clean |", "3-way": "| 3-way merge |", "dropped": "| dropped: already upstream |"}[
+            r.outcome
+        ] in row
     assert load_pin(root).version == previous and f"vllm-{previous}.tar.gz" in down.report
     assert "## Compiled inputs" in down.report and check_mod.check(root) == []
 

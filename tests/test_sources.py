@@ -101,9 +101,8 @@ def test_download_hash_mismatch_names_both_hashes_and_leaves_nothing(tmp_path, c
     (tmp_path / "www" / "f.tar.gz").write_bytes(b"tampered")
     wrong = "a" * 64
     dest = download.downloads_dir() / "f.tar.gz"
-    with serve(tmp_path / "www") as (_, base):
-        with pytest.raises(ForkError) as err:
-            download.fetch_url(f"{base}/f.tar.gz", dest, wrong)
+    with serve(tmp_path / "www") as (_, base), pytest.raises(ForkError) as err:
+        download.fetch_url(f"{base}/f.tar.gz", dest, wrong)
     assert "f.tar.gz" in str(err.value)
     assert wrong in str(err.value) and hashlib.sha256(b"tampered").hexdigest() in str(err.value)
     assert list(download.downloads_dir().iterdir()) == []

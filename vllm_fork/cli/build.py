@@ -35,8 +35,10 @@ def build(c, route="auto", no_apply=False, source=None):
     result = _run(do_build, route=route, apply=not no_apply, source=source)
     r = result.record
     print(f"{result.wheel}")
-    print(f"  route {r['route']}, ops cache {r['cache']} (key {r['ops']['key'][:16]}), "
-          f"{r['timings']['total']:.1f}s; provenance {result.provenance.name}")
+    print(
+        f"  route {r['route']}, ops cache {r['cache']} (key {r['ops']['key'][:16]}), "
+        f"{r['timings']['total']:.1f}s; provenance {result.provenance.name}"
+    )
 
 
 @task(help={"wheel": "the wheel to check, e.g. dist/vllm-0.33.0+fork.xxxxxxxx-cp38-abi3-manylinux_2_28_x86_64.whl"})
@@ -109,9 +111,13 @@ def seed(c):
     print(f"seeded key {entry.key[:16]}: {path} ({entry.members} members, {entry.size >> 20} MiB, {seconds:.1f}s)")
 
 
-@task(help={"remote": "a directory (or file:// URL) other machines read as an ops remote, "
-                      "or an OCI registry: oci://<host[:port]>/<repository>",
-            "key": "default: build/vllm's"})
+@task(
+    help={
+        "remote": "a directory (or file:// URL) other machines read as an ops remote, "
+        "or an OCI registry: oci://<host[:port]>/<repository>",
+        "key": "default: build/vllm's",
+    }
+)
 def publish(c, remote, key=None):
     """Copy an artifact into a shared directory (or push it to an OCI registry) and list the remote in ops-cache/index.json."""
     if key is None:

@@ -37,19 +37,38 @@ def _print_outcome(outcome: rebase_mod.Outcome) -> None:
         "seed": "when the compiled inputs changed, seed the ops cache from the new release's official wheel",
     },
 )
-def rebase(c, to=None, latest=False, continue_=False, abort=False, source=None, remote=None,
-           skip_tests=False, tests_cmd=None, no_commit=False, replace_branch=False, seed=False):
+def rebase(
+    c,
+    to=None,
+    latest=False,
+    continue_=False,
+    abort=False,
+    source=None,
+    remote=None,
+    skip_tests=False,
+    tests_cmd=None,
+    no_commit=False,
+    replace_branch=False,
+    seed=False,
+):
     """Rebase patches/ onto a new upstream; classify every patch; commit on rebase/<version>."""
     with user_errors():
         if abort:
             restored = rebase_mod.abort()
-            print("rebase aborted: build/vllm, patches/ and upstream.toml are as they were"
-                  + (f" (restored {', '.join(restored)})" if restored else ""))
+            print(
+                "rebase aborted: build/vllm, patches/ and upstream.toml are as they were"
+                + (f" (restored {', '.join(restored)})" if restored else "")
+            )
             return
         if continue_:
             outcome = rebase_mod.continue_()
         else:
-            options = Options(run_tests=not skip_tests, tests_cmd=tests_cmd or "",
-                              commit=not no_commit, replace_branch=replace_branch, seed=seed)
+            options = Options(
+                run_tests=not skip_tests,
+                tests_cmd=tests_cmd or "",
+                commit=not no_commit,
+                replace_branch=replace_branch,
+                seed=seed,
+            )
             outcome = rebase_mod.start(to=to, latest=latest, source=source, remote=remote, options=options)
     _print_outcome(outcome)

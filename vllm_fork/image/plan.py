@@ -117,9 +117,7 @@ def load_wheel(wheel: Path) -> ForkWheel:
 def find_wheel(dist: Path, pin: Pin) -> ForkWheel:
     """The newest wheel in `dist` built on the pinned release and carrying a record."""
     prefix = f"vllm-{pin.version}+"
-    candidates = [
-        p for p in Path(dist).glob("vllm-*.whl") if p.name.startswith(prefix) and record_path(p).is_file()
-    ]
+    candidates = [p for p in Path(dist).glob("vllm-*.whl") if p.name.startswith(prefix) and record_path(p).is_file()]
     if not candidates:
         raise ForkError(
             f"no patched wheel for vLLM {pin.version} with a provenance record in {dist}. "

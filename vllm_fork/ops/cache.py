@@ -223,8 +223,13 @@ def get(key: str, root: Path = REPO_ROOT, log=print) -> tuple[Entry, Path] | Non
     )
 
 
-def put(key: str, artifact_tmp: Path, provenance: dict, root: Path = REPO_ROOT,
-        record: dict[str, tuple[str, int]] | None = None) -> tuple[Entry, Path]:
+def put(
+    key: str,
+    artifact_tmp: Path,
+    provenance: dict,
+    root: Path = REPO_ROOT,
+    record: dict[str, tuple[str, int]] | None = None,
+) -> tuple[Entry, Path]:
     """Store a finished artifact (a temp file, moved) under `key` and record it in the index.
 
     `record` (member -> b64 sha256, size) may come from a verified source, e.g. the
@@ -246,7 +251,9 @@ def put(key: str, artifact_tmp: Path, provenance: dict, root: Path = REPO_ROOT,
     )
     dest = ops_dir() / entry.file
     staged = ops_dir() / f".{entry.file}.{os.getpid()}.part"
-    os.replace(artifact_tmp, staged) if artifact_tmp.parent == ops_dir() else _copy_verified(artifact_tmp, staged, sha256)
+    os.replace(artifact_tmp, staged) if artifact_tmp.parent == ops_dir() else _copy_verified(
+        artifact_tmp, staged, sha256
+    )
     os.replace(staged, dest)
     artifact_tmp.unlink(missing_ok=True)
     write_atomic(_record_path(sha256), record_data)

@@ -90,9 +90,7 @@ class Touch:
     paths: list[str]
 
 
-def patches_touching_inputs(
-    tree: Path, base: str, head: str = "HEAD", root: Path = REPO_ROOT
-) -> list[Touch]:
+def patches_touching_inputs(tree: Path, base: str, head: str = "HEAD", root: Path = REPO_ROOT) -> list[Touch]:
     """The commits in base..head that change a compiled input, with the inputs they change."""
     inputs = load_inputs(root)
     log = git(tree, "log", "--reverse", "--format=%x00%H %s", "--name-only", f"{base}..{head}").stdout

@@ -62,8 +62,9 @@ class Registry:
         repository = repository.strip("/")
         if scheme not in ("oci", "oci+http", "oci+https") or not host or not repository:
             raise ForkError(f"bad OCI remote {remote!r}: use oci://<registry host[:port]>/<repository>")
-        if not re.fullmatch(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*",
-                            repository):
+        if not re.fullmatch(
+            r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*", repository
+        ):
             raise ForkError(f"bad OCI repository name {repository!r} in {remote!r} (lowercase, digits, . _ - /)")
         return cls(f"{'http' if insecure else 'https'}://{host}", repository, remote)
 
@@ -95,8 +96,10 @@ class Registry:
     def _fetch_token(self, challenge: str) -> str:
         scheme, _, params = challenge.partition(" ")
         if scheme.lower() != "bearer":
-            raise ForkError(f"{self.remote}: the registry asks for {scheme or 'unknown'!r} authentication; "
-                            "only the Bearer token flow is supported")
+            raise ForkError(
+                f"{self.remote}: the registry asks for {scheme or 'unknown'!r} authentication; "
+                "only the Bearer token flow is supported"
+            )
         fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
         realm = fields.pop("realm", None)
         if not realm:
@@ -166,8 +169,9 @@ class Registry:
                 data.close()
 
     def push_manifest(self, tag: str, manifest: bytes) -> None:
-        with self.open("PUT", self.url(f"manifests/{tag}"), data=manifest,
-                       headers={"Content-Type": MANIFEST_TYPE}) as resp:
+        with self.open(
+            "PUT", self.url(f"manifests/{tag}"), data=manifest, headers={"Content-Type": MANIFEST_TYPE}
+        ) as resp:
             if resp.status not in (200, 201):
                 raise ForkError(f"{self.remote}: storing the manifest {tag} answered {resp.status}")
 
@@ -184,12 +188,14 @@ def artifact_manifest(filename: str, sha256: str, size: int, key: str) -> bytes:
         "mediaType": MANIFEST_TYPE,
         "artifactType": ARTIFACT_TYPE,
         "config": {"mediaType": EMPTY_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY_DATA)},
-        "layers": [{
-            "mediaType": LAYER_TYPE,
-            "digest": f"sha256:{sha256}",
-            "size": size,
-            "annotations": {"org.opencontainers.image.title": filename},
-        }],
+        "layers": [
+            {
+                "mediaType": LAYER_TYPE,
+                "digest": f"sha256:{sha256}",
+                "size": size,
+                "annotations": {"org.opencontainers.image.title": filename},
+            }
+        ],
         "annotations": {"dev.vllm-fork.ops-key": key},
     }
     return json.dumps(manifest, indent=2, sort_keys=True).encode()
@@ -211,8 +217,10 @@ def push(remote: str, key: str, artifact: Path, sha256: str) -> str:
         registry.push_blob(EMPTY_DATA, EMPTY_DIGEST)
         registry.push_manifest(key, artifact_manifest(artifact.name, sha256, artifact.stat().st_size, key))
     except urllib.error.HTTPError as exc:
-        raise ForkError(f"{remote}: pushing {artifact.name} answered HTTP {exc.code} {exc.reason} "
-                        f"({exc.url}); check the registry allows pushes to {registry.repository}") from None
+        raise ForkError(
+            f"{remote}: pushing {artifact.name} answered HTTP {exc.code} {exc.reason} "
+            f"({exc.url}); check the registry allows pushes to {registry.repository}"
+        ) from None
     except urllib.error.URLError as exc:
         raise ForkError(f"{remote}: {exc.reason}") from None
     host = registry.base.split("://", 1)[1]

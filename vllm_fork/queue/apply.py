@@ -73,8 +73,9 @@ class PatchConflict(ForkError):
         lines.append("git said:")
         lines.extend(f"  {ln}" for ln in failure.git_output.strip().splitlines()[-12:])
         resolve = (
-            "edit the conflict markers" if three_way else
-            "re-run with `invoke apply --force --3way` for conflict markers, or apply the hunks by hand"
+            "edit the conflict markers"
+            if three_way
+            else "re-run with `invoke apply --force --3way` for conflict markers, or apply the hunks by hand"
         )
         lines += [
             "",
@@ -118,9 +119,7 @@ def ensure_clean(tree: Path, force: bool) -> None:
         problems.append(f"uncommitted changes:{shown}{more}")
     commits = _unexported_commits(tree)
     if commits:
-        problems.append(
-            "commits not exported to patches/:" + "".join(f"\n      {c}" for c in commits[:10])
-        )
+        problems.append("commits not exported to patches/:" + "".join(f"\n      {c}" for c in commits[:10]))
     if problems:
         raise ForkError(
             f"{tree} holds work that `invoke apply` would discard:\n"
@@ -130,9 +129,7 @@ def ensure_clean(tree: Path, force: bool) -> None:
         )
 
 
-def prepare_tree(
-    tree: Path, upstream: Upstream, tag: str, force: bool = False, borrow_objects: bool = False
-) -> None:
+def prepare_tree(tree: Path, upstream: Upstream, tag: str, force: bool = False, borrow_objects: bool = False) -> None:
     """Check out the upstream commit on branch `patched` in `tree` (created if needed).
 
     `borrow_objects` points the tree at the cache repo's objects (as `git clone
@@ -192,8 +189,14 @@ def _conflicts_at(tree: Path, commit: str, patch: Path) -> dict[str, list[str]]:
         for diff in parsed.files:
             for hunk in diff.hunks:
                 check = git(
-                    tree, "apply", "--cached", "--check", "-",
-                    input=hunk_patch(diff, hunk), env=env, check=False,
+                    tree,
+                    "apply",
+                    "--cached",
+                    "--check",
+                    "-",
+                    input=hunk_patch(diff, hunk),
+                    env=env,
+                    check=False,
                 )
                 if check.returncode != 0:
                     conflicts.setdefault(diff.path, []).append(hunk[0])

@@ -28,9 +28,7 @@ def message_problems(patch: Path) -> list[str]:
     if not parsed.subject:
         problems.append(f"{patch.name}: empty subject")
     if len(parsed.why) < MIN_WHY_CHARS:
-        problems.append(
-            f"{patch.name}: the commit message has no body saying why the change is needed"
-        )
+        problems.append(f"{patch.name}: the commit message has no body saying why the change is needed")
     return problems
 
 
@@ -42,12 +40,11 @@ def apply_problems(tree: Path, patches: list[Path]) -> list[str]:
         if proc.returncode == 0:
             continue
         conflicts = _conflicts_at(tree, out(tree, "rev-parse", "HEAD"), patch)
-        where = "; ".join(f"{f} {' '.join(h)}" for f, h in conflicts.items()) or (
-            (proc.stdout + proc.stderr).strip().splitlines() or ["git gave no reason"]
-        )[-1]
-        problems.append(
-            f"{patch.name} ({i} of {len(patches)}) does not apply cleanly: {where}"
+        where = (
+            "; ".join(f"{f} {' '.join(h)}" for f, h in conflicts.items())
+            or ((proc.stdout + proc.stderr).strip().splitlines() or ["git gave no reason"])[-1]
         )
+        problems.append(f"{patch.name} ({i} of {len(patches)}) does not apply cleanly: {where}")
         if operation_in_progress(tree):
             git(tree, "am", "--abort", check=False)
     return problems
@@ -58,9 +55,7 @@ def export_problems(tree: Path, pdir: Path, entries: list[str]) -> list[str]:
         names = format_patches(tree, Path(tmp))
         problems = []
         if names != entries:
-            problems.append(
-                f"export would write the series {names}, but patches/series lists {entries}"
-            )
+            problems.append(f"export would write the series {names}, but patches/series lists {entries}")
         for name in names:
             current = pdir / name
             if current.exists() and current.read_bytes() != (Path(tmp) / name).read_bytes():
@@ -82,8 +77,9 @@ def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = N
     for patch in listed:
         found = message_problems(patch)
         problems += found
-        if not any("format-patch" in p or "empty" in p or "no diff" in p or "UTF-8" in p
-                   or "Subject" in p for p in found):
+        if not any(
+            "format-patch" in p or "empty" in p or "no diff" in p or "UTF-8" in p or "Subject" in p for p in found
+        ):
             readable.append(patch)
     upstream = ensure_upstream(pin, source)
     tree = root / "build" / ".check-tree"

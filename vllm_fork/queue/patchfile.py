@@ -85,7 +85,7 @@ def parse_patch(path: Path) -> PatchFile:
             continue
         elif _HUNK.match(line):
             current.hunks.append([line])
-        elif line == "-- " :
+        elif line == "-- ":
             current = None  # the signature separator ends the last diff
         elif current.hunks:
             current.hunks[-1].append(line)

@@ -21,7 +21,12 @@ from vllm_fork.queue.apply import PatchFailure, am
 from vllm_fork.queue.patchfile import FileDiff, parse_patch
 
 CLEAN, THREE_WAY, DROPPED, CONFLICT, RESOLVED, SKIPPED = (
-    "clean", "3-way", "dropped", "conflict", "resolved by hand", "skipped by hand",
+    "clean",
+    "3-way",
+    "dropped",
+    "conflict",
+    "resolved by hand",
+    "skipped by hand",
 )
 #: Lines either side of a hunk (beyond its own context) where an upstream change gets flagged.
 NEARBY = 3
@@ -88,10 +93,7 @@ def nearby_upstream_changes(tree: Path, patch: Path, base: str) -> list[str]:
 
 
 def _changed_lines(patch: Path) -> int:
-    return sum(
-        1 for d in parse_patch(patch).files for h in d.hunks for ln in h[1:]
-        if ln[:1] in "+-" and ln
-    )
+    return sum(1 for d in parse_patch(patch).files for h in d.hunks for ln in h[1:] if ln[:1] in "+-" and ln)
 
 
 def _commit_changed_lines(tree: Path, base: str) -> int:

@@ -62,11 +62,16 @@ def run_tests(root: Path, cmd: str) -> tuple[int | None, str]:
 def _user_git(root: Path, *args: str) -> subprocess.CompletedProcess:
     """git as the user runs it (their identity, today's date): this commit is theirs, not the tool's."""
     env = dict(os.environ)
-    has_identity = subprocess.run(["git", "-C", str(root), "config", "user.email"],
-                                  capture_output=True, text=True).stdout.strip()
+    has_identity = subprocess.run(
+        ["git", "-C", str(root), "config", "user.email"], capture_output=True, text=True
+    ).stdout.strip()
     if not has_identity and "GIT_AUTHOR_EMAIL" not in env:
-        env.update(GIT_AUTHOR_NAME=BOT_NAME, GIT_AUTHOR_EMAIL=FIXED_EMAIL,
-                   GIT_COMMITTER_NAME=BOT_NAME, GIT_COMMITTER_EMAIL=FIXED_EMAIL)
+        env.update(
+            GIT_AUTHOR_NAME=BOT_NAME,
+            GIT_AUTHOR_EMAIL=FIXED_EMAIL,
+            GIT_COMMITTER_NAME=BOT_NAME,
+            GIT_COMMITTER_EMAIL=FIXED_EMAIL,
+        )
     proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise ForkError(f"`git {' '.join(args)}` in {root} failed:\n{(proc.stdout + proc.stderr).strip()}")
@@ -128,8 +133,9 @@ def finish(root: Path, state: RebaseState):
     cmd = state.options.tests_cmd or DEFAULT_TESTS
     if state.options.run_tests:
         tests_rc, tests_summary = run_tests(root, cmd)
-    checks = Checks(problems, cmd, tests_rc, tests_summary, compiled, compiled_source,
-                    time.monotonic() - started, seeded)
+    checks = Checks(
+        problems, cmd, tests_rc, tests_summary, compiled, compiled_source, time.monotonic() - started, seeded
+    )
     report = success_report(state, old_pin_of(state), new_pin, checks)
     path = write_report(root, report)
     branch = commit = ""

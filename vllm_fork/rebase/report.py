@@ -10,8 +10,14 @@ from vllm_fork.rebase.classify import CLEAN, CONFLICT, DROPPED, RESOLVED, SKIPPE
 from vllm_fork.rebase.state import RebaseState, new_pin_of, old_pin_of
 from vllm_fork.upstream.pin import Pin
 
-_MARK = {CLEAN: "clean", THREE_WAY: "3-way merge", DROPPED: "dropped: already upstream",
-         CONFLICT: "**conflict**", RESOLVED: "conflict, resolved by hand", SKIPPED: "dropped by hand"}
+_MARK = {
+    CLEAN: "clean",
+    THREE_WAY: "3-way merge",
+    DROPPED: "dropped: already upstream",
+    CONFLICT: "**conflict**",
+    RESOLVED: "conflict, resolved by hand",
+    SKIPPED: "dropped by hand",
+}
 
 
 def _cell(text: str) -> str:
@@ -22,12 +28,7 @@ def _reproduce(state: RebaseState, new: Pin) -> str:
     to = new.commit if not new.tag else new.version
     src = f" --source {state.source}"
     remote = f" --remote {state.remote}" if state.remote else ""
-    return (
-        "```sh\n"
-        f"git checkout {_base_hint(state)}\n"
-        f"invoke rebase --to {to}{src}{remote}\n"
-        "```\n"
-    )
+    return f"```sh\ngit checkout {_base_hint(state)}\ninvoke rebase --to {to}{src}{remote}\n```\n"
 
 
 def _base_hint(state: RebaseState) -> str:
@@ -51,8 +52,8 @@ def _header(state: RebaseState, old: Pin, new: Pin, title: str) -> list[str]:
         "",
         f"- upstream: **vLLM {old.version}** (`{old.tag or old.commit}`, {state.old_upstream[:12]}) → "
         f"**vLLM {new.version}** (`{new.tag or new.commit}`, {state.new_upstream[:12]})",
-        f"- source: `{state.source}`" + (f" ({new.sdist.filename}, sha256 `{new.sdist.sha256[:16]}…`)"
-                                          if state.source == "pypi" else ""),
+        f"- source: `{state.source}`"
+        + (f" ({new.sdist.filename}, sha256 `{new.sdist.sha256[:16]}…`)" if state.source == "pypi" else ""),
     ]
 
 
@@ -71,8 +72,10 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks) -> str:
     out += ["", "## Check by eye", ""]
     eye = [r for r in results if r.by_eye or r.outcome in (THREE_WAY, RESOLVED) or r.notes and r.outcome == THREE_WAY]
     if eye:
-        out.append("Upstream changed lines around these hunks since the patch was written; git applied "
-                   "them, but only a reader can tell whether the change still means the same.")
+        out.append(
+            "Upstream changed lines around these hunks since the patch was written; git applied "
+            "them, but only a reader can tell whether the change still means the same."
+        )
         out.append("")
         for r in eye:
             out.append(f"- **{r.subject}** (`{r.new_name or r.name}`, {_MARK[r.outcome]})")
@@ -86,9 +89,11 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks) -> str:
     if checks.compiled_changed:
         shown = checks.compiled_changed[:30]
         more = len(checks.compiled_changed) - len(shown)
-        out.append(f"**Changed** between the two upstreams ({len(checks.compiled_changed)} file(s), list: "
-                   f"{checks.compiled_source}). The ops cache has no artifact for {new.version} yet: seed it "
-                   f"from the official wheel `{new.wheel.filename or '(none on the index)'}` before building.")
+        out.append(
+            f"**Changed** between the two upstreams ({len(checks.compiled_changed)} file(s), list: "
+            f"{checks.compiled_source}). The ops cache has no artifact for {new.version} yet: seed it "
+            f"from the official wheel `{new.wheel.filename or '(none on the index)'}` before building."
+        )
         if checks.seeded:
             out.append(f"Seeded by this rebase (`--seed`): {checks.seeded}; `ops-cache/index.json` is in the commit.")
         else:
@@ -96,16 +101,23 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks) -> str:
         out.append("")
         out += [f"- `{p}`" for p in shown] + ([f"- … and {more} more"] if more else [])
     else:
-        out.append(f"Unchanged ({checks.compiled_source}): the compiled ops of {old.version} still fit; "
-                   "no ops-cache seeding needed.")
+        out.append(
+            f"Unchanged ({checks.compiled_source}): the compiled ops of {old.version} still fit; "
+            "no ops-cache seeding needed."
+        )
     out += ["", "## Check and tests", ""]
     if checks.check_problems:
         out.append(f"- `invoke check`: **{len(checks.check_problems)} problem(s)**")
         out += [f"  - {_cell(p)}" for p in checks.check_problems]
     else:
         out.append("- `invoke check`: ok")
-    status = ("skipped" if checks.tests_rc is None else "passed" if checks.tests_rc == 0
-              else f"**failed** (exit {checks.tests_rc})")
+    status = (
+        "skipped"
+        if checks.tests_rc is None
+        else "passed"
+        if checks.tests_rc == 0
+        else f"**failed** (exit {checks.tests_rc})"
+    )
     out.append(f"- tests (`{checks.tests_cmd}`): {status} — {_cell(checks.tests_summary)}")
     out += ["", "## Pin", "", "| | old | new |", "|---|---|---|"]
     for field in ("version", "tag", "commit"):
@@ -123,25 +135,36 @@ def conflict_report(state: RebaseState, failure, root: Path) -> str:
     stopped = state.results[-1]
     total = len(state.queue)
     out = _header(state, old, new, f"Rebase onto vLLM {new.version}: stopped at a conflict")
-    out += ["", "## Conflict", "",
-            f"Patch {state.next_index + 1} of {total}, **{stopped.subject}** (`{stopped.name}`), does not "
-            f"apply to vLLM {new.version} even with a 3-way merge. Conflicting files and hunks:", ""]
+    out += [
+        "",
+        "## Conflict",
+        "",
+        f"Patch {state.next_index + 1} of {total}, **{stopped.subject}** (`{stopped.name}`), does not "
+        f"apply to vLLM {new.version} even with a 3-way merge. Conflicting files and hunks:",
+        "",
+    ]
     for path, hunks in (stopped.conflicts or {"(git named no file)": []}).items():
         out.append(f"- `{path}`")
         out += [f"  - `{h}`" for h in hunks]
     out += ["", "git said:", "", "```"] + failure.git_output.strip().splitlines()[-12:] + ["```", ""]
-    out += ["Nothing in `patches/`, `upstream.toml` or the ops cache has changed.", "",
-            "## Next steps", "",
-            f"1. In `{state.tree}`, edit the conflict markers (`git am --show-current-patch=diff` shows the patch).",
-            "2. `git add <files>` (or `git am --skip` in the tree to drop the patch).",
-            "3. `invoke rebase --continue`: applies the remaining patches, exports, updates the pin, "
-            "runs the checks and commits on " f"`{state.options.branch}`.",
-            "",
-            "Or `invoke rebase --abort`: the tree, `patches/` and the pin go back exactly as they were.", ""]
+    out += [
+        "Nothing in `patches/`, `upstream.toml` or the ops cache has changed.",
+        "",
+        "## Next steps",
+        "",
+        f"1. In `{state.tree}`, edit the conflict markers (`git am --show-current-patch=diff` shows the patch).",
+        "2. `git add <files>` (or `git am --skip` in the tree to drop the patch).",
+        "3. `invoke rebase --continue`: applies the remaining patches, exports, updates the pin, "
+        "runs the checks and commits on "
+        f"`{state.options.branch}`.",
+        "",
+        "Or `invoke rebase --abort`: the tree, `patches/` and the pin go back exactly as they were.",
+        "",
+    ]
     done = state.results[:-1]
     if done:
         out += ["## Patches before it", ""] + _table(done) + [""]
-    rest = state.queue[state.next_index + 1:]
+    rest = state.queue[state.next_index + 1 :]
     if rest:
         out += ["## Not yet tried", ""] + [f"- `{n}`" for n in rest] + [""]
     return "\n".join(out)

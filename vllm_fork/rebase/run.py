@@ -156,14 +156,23 @@ def start(
     new_up = ensure_upstream(new_pin, source, remote)
     new_pin = new_pin.with_changes(commit=commit_of(new_pin, new_up))
     if new_up.commit == old_up.commit:
-        raise ForkError(f"upstream {new_pin.version} is the commit already pinned ({old_pin.version}): nothing to rebase")
+        raise ForkError(
+            f"upstream {new_pin.version} is the commit already pinned ({old_pin.version}): nothing to rebase"
+        )
 
     state_dir(root).mkdir(parents=True, exist_ok=True)
     save_originals(root)
     state = RebaseState(
-        old_pin=pin_to_dict(old_pin), new_pin=pin_to_dict(new_pin), source=source, remote=remote,
-        tree=str(tree), old_upstream=old_up.commit, new_upstream=new_up.commit,
-        orig=_tree_snapshot(tree, new_pin.tag), queue=[p.name for p in patches], options=options,
+        old_pin=pin_to_dict(old_pin),
+        new_pin=pin_to_dict(new_pin),
+        source=source,
+        remote=remote,
+        tree=str(tree),
+        old_upstream=old_up.commit,
+        new_upstream=new_up.commit,
+        orig=_tree_snapshot(tree, new_pin.tag),
+        queue=[p.name for p in patches],
+        options=options,
     )
     state.orig["root_head"] = out(root, "rev-parse", "HEAD")
     state.save(root)

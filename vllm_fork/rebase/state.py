@@ -58,7 +58,7 @@ class RebaseState:
         write_atomic(state_dir(root) / STATE, (json.dumps(data, indent=1) + "\n").encode())
 
     @classmethod
-    def load(cls, root: Path) -> "RebaseState":
+    def load(cls, root: Path) -> RebaseState:
         path = state_dir(root) / STATE
         if not path.exists():
             raise ForkError("no rebase in progress: start one with `invoke rebase --to <version>` or `--latest`")

@@ -56,16 +56,18 @@ def _artifacts(version: str, old: Pin, files: list[IndexFile]) -> tuple[Artifact
     # The same platform as the old pin's wheel, else any x86_64 manylinux wheel.
     wanted = old.wheel.filename.replace(f"-{old.version}-", f"-{version}-")
     wheel = by_name.get(wanted) or next(
-        (f for n, f in sorted(by_name.items())
-         if n.startswith(f"{PROJECT}-{version}-") and n.endswith(".whl") and "manylinux" in n and "x86_64" in n),
+        (
+            f
+            for n, f in sorted(by_name.items())
+            if n.startswith(f"{PROJECT}-{version}-") and n.endswith(".whl") and "manylinux" in n and "x86_64" in n
+        ),
         None,
     )
     as_artifact = lambda f: Artifact(f.filename, f.sha256 or "") if f else NO_ARTIFACT  # noqa: E731
     return as_artifact(sdist), as_artifact(wheel)
 
 
-def resolve_target(old: Pin, to: str | None, latest: bool, source: str,
-                   files: list[IndexFile] | None = None) -> Pin:
+def resolve_target(old: Pin, to: str | None, latest: bool, source: str, files: list[IndexFile] | None = None) -> Pin:
     """The new pin, before its upstream is fetched (`commit` may still be empty)."""
     if bool(to) == bool(latest):
         raise ForkError("say where to rebase to: `--to <version | tag | commit>` or `--latest`")
@@ -75,8 +77,9 @@ def resolve_target(old: Pin, to: str | None, latest: bool, source: str,
                 f"{to} is a commit: only the git source can fetch one (`--source git`); "
                 "the pypi source knows released sdists only"
             )
-        return old.with_changes(version=f"git-{to[:12]}", tag="", commit=to, source="git",
-                                sdist=NO_ARTIFACT, wheel=NO_ARTIFACT)
+        return old.with_changes(
+            version=f"git-{to[:12]}", tag="", commit=to, source="git", sdist=NO_ARTIFACT, wheel=NO_ARTIFACT
+        )
     if to and re.fullmatch(r"[0-9a-f]{7,39}", to):
         raise ForkError(f"{to!r} looks like a short commit id: give the full 40-character id")
     if files is None:
@@ -99,8 +102,7 @@ def resolve_target(old: Pin, to: str | None, latest: bool, source: str,
     if source == "pypi" and not sdist.sha256:
         raise ForkError(f"the package index gives no sha256 for {sdist.filename}; cannot verify it")
     commit = "" if source == "git" else old.commit  # filled in once the upstream is fetched
-    return old.with_changes(version=version, tag=tag, commit=commit, source=old.source,
-                            sdist=sdist, wheel=wheel)
+    return old.with_changes(version=version, tag=tag, commit=commit, source=old.source, sdist=sdist, wheel=wheel)
 
 
 def commit_of(pin: Pin, upstream: Upstream) -> str:

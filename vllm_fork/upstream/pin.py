@@ -32,7 +32,7 @@ class Pin:
     sdist: Artifact
     wheel: Artifact
 
-    def with_changes(self, **changes) -> "Pin":
+    def with_changes(self, **changes) -> Pin:
         return replace(self, **changes)
 
 
@@ -89,4 +89,3 @@ sha256 = "{pin.wheel.sha256}"
 def save_pin(pin: Pin, root: Path = REPO_ROOT) -> None:
     """Write the pin atomically: a reader sees the old file or the new one, never half."""
     write_atomic(root / PIN_FILE, render_pin(pin).encode())
-

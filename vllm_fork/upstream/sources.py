@@ -109,8 +109,7 @@ def import_sdist(sdist: Path, repo: Path, version: str, sha256: str) -> str:
         stream = _fast_import_stream(sdist, message, ref)
         # A local cache: no delta search and light compression import 2x faster;
         # object ids (and so the commit id) do not depend on how objects are packed.
-        git(repo, "-c", "pack.compression=1", "fast-import", "--quiet", "--depth=0",
-            input=stream, text=False)
+        git(repo, "-c", "pack.compression=1", "fast-import", "--quiet", "--depth=0", input=stream, text=False)
         commit = rev(repo, ref)
         if not commit:
             raise ForkError(f"importing {sdist} into {repo} made no commit")

@@ -89,12 +89,15 @@ def seed_cache(root: Path = REPO_ROOT, tree: Path | None = None, log=log_stderr)
     seeded = seed.make_artifact(wheel, opscache.ops_dir(), log=log)
     # The official wheel was sha256-checked against the pin, so its RECORD is trusted
     # for the members copied from it byte for byte.
-    entry, path = opscache.put(key.key, seeded.path, seed.seed_provenance(pin, wheel, seeded), root,
-                               record=seeded.record)
+    entry, path = opscache.put(
+        key.key, seeded.path, seed.seed_provenance(pin, wheel, seeded), root, record=seeded.record
+    )
     return entry, path, time.perf_counter() - start
 
 
-def _ensure_artifact(key: OpsKey, upstream_key: OpsKey, root: Path, tree: Path, log) -> tuple[opscache.Entry, Path] | None:
+def _ensure_artifact(
+    key: OpsKey, upstream_key: OpsKey, root: Path, tree: Path, log
+) -> tuple[opscache.Entry, Path] | None:
     """The verified artifact for the key; re-seeds the pinned release's own key when its file is missing."""
     try:
         found = opscache.get(key.key, root, log=log)
@@ -177,14 +180,25 @@ def build(
             wheel = result.path
         else:
             if reasons:
-                log("the fast route falls back to vLLM's precompiled route (about a minute), because the "
-                    "series changes what the fast route does not handle:\n" + "\n".join(f"  - {r}" for r in reasons))
+                log(
+                    "the fast route falls back to vLLM's precompiled route (about a minute), because the "
+                    "series changes what the fast route does not handle:\n" + "\n".join(f"  - {r}" for r in reasons)
+                )
             tracked = len(git(tree, "ls-tree", "-r", "--name-only", head, "--", "vllm").stdout.splitlines())
-            result = build_precompiled(tree, head, version, params, artifact, entry.members, env,
-                                       out_dir, root / "build", log=log,
-                                       expected_members=tracked + entry.members + 5,
-                                       member_sizes={n: size for n, (_h, size) in
-                                                     opscache.load_member_record(entry, artifact).items()})
+            result = build_precompiled(
+                tree,
+                head,
+                version,
+                params,
+                artifact,
+                entry.members,
+                env,
+                out_dir,
+                root / "build",
+                log=log,
+                expected_members=tracked + entry.members + 5,
+                member_sizes={n: size for n, (_h, size) in opscache.load_member_record(entry, artifact).items()},
+            )
             wheel = result.path
             with_names = set(result.extracted)
             with zipfile.ZipFile(artifact) as zf:
@@ -209,8 +223,10 @@ def build(
         timer.lap("wheel")
         seeded = seed.make_artifact(wheel, opscache.ops_dir(), log=log)
         entry, artifact = opscache.put(
-            key.key, seeded.path,
-            {"source": "compile", "tree_commit": head, "nvcc": nvcc, "members": seeded.members}, root,
+            key.key,
+            seeded.path,
+            {"source": "compile", "tree_commit": head, "nvcc": nvcc, "members": seeded.members},
+            root,
         )
         timer.lap("store")
 

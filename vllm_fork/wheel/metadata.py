@@ -26,8 +26,15 @@ from vllm_fork.wheel.setuppy import run_setup, setup_env
 
 #: What vLLM's setup.py reads to make metadata (and the version file).
 METADATA_INPUTS = (
-    "setup.py", "setup.cfg", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in",
-    "requirements", "vllm/envs.py", "tools/build_rust.py",
+    "setup.py",
+    "setup.cfg",
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "MANIFEST.in",
+    "requirements",
+    "vllm/envs.py",
+    "tools/build_rust.py",
 )
 
 
@@ -39,10 +46,7 @@ class WheelMetadata:
 
     def wheel_file(self, tag: str) -> bytes:
         return (
-            "Wheel-Version: 1.0\n"
-            f"Generator: setuptools ({self.setuptools})\n"
-            "Root-Is-Purelib: false\n"
-            f"Tag: {tag}\n\n"
+            f"Wheel-Version: 1.0\nGenerator: setuptools ({self.setuptools})\nRoot-Is-Purelib: false\nTag: {tag}\n\n"
         ).encode()
 
 
@@ -72,8 +76,13 @@ def wheel_metadata(tree: Path, commit: str, version: str, env: BuildEnv, params:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(src, filter="data")
         (src / "out").mkdir()
-        run_setup(env, src, ["-q", "dist_info", "--output-dir", "out"], setup_env(params, version),
-                  what="vLLM's setup.py dist_info (wheel metadata)")
+        run_setup(
+            env,
+            src,
+            ["-q", "dist_info", "--output-dir", "out"],
+            setup_env(params, version),
+            what="vLLM's setup.py dist_info (wheel metadata)",
+        )
         (dist,) = (src / "out").glob("*.dist-info")
         files = sorted(str(p.relative_to(dist)) for p in dist.rglob("*") if p.is_file())
         result = work / "result"

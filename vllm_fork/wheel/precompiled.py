@@ -59,9 +59,18 @@ def _take_wheel(dist: Path, out_dir: Path) -> Path:
 
 
 def build_precompiled(
-    tree: Path, commit: str, version: str, params: dict[str, str], artifact: Path,
-    artifact_members: int, env: BuildEnv, out_dir: Path, work_parent: Path, log=log_stderr,
-    expected_members: int | None = None, member_sizes: dict[str, int] | None = None,
+    tree: Path,
+    commit: str,
+    version: str,
+    params: dict[str, str],
+    artifact: Path,
+    artifact_members: int,
+    env: BuildEnv,
+    out_dir: Path,
+    work_parent: Path,
+    log=log_stderr,
+    expected_members: int | None = None,
+    member_sizes: dict[str, int] | None = None,
 ) -> SetupResult:
     """setup.py bdist_wheel with VLLM_USE_PRECOMPILED=1 and the artifact as the precompiled wheel."""
     start = time.perf_counter()
@@ -76,14 +85,20 @@ def build_precompiled(
             ("extract compiled members", _EXTRACT, artifact_members),
             # build_py, then install into the bdist dir: each copies every file once
             ("copy files into setuptools' build dirs", _COPYING, 2 * expected),
-            ("compress wheel members (by bytes)", _ADDING, sum(member_sizes.values()) + others * _SMALL
-             if member_sizes else expected, sizes if member_sizes else None),
+            (
+                "compress wheel members (by bytes)",
+                _ADDING,
+                sum(member_sizes.values()) + others * _SMALL if member_sizes else expected,
+                sizes if member_sizes else None,
+            ),
         ]
         lines = run_setup(
-            env, scratch / "vllm",
+            env,
+            scratch / "vllm",
             _bdist_args(params["platform_tag"], scratch / "dist"),
             setup_env(params, version, precompiled_wheel=artifact),
-            Progress(stages, log), what="vLLM's precompiled route (setup.py bdist_wheel)",
+            Progress(stages, log),
+            what="vLLM's precompiled route (setup.py bdist_wheel)",
         )
         extracted = [m.group(1) for line in lines if (m := _EXTRACT.match(line))]
         wheel = _take_wheel(scratch / "dist", out_dir)
@@ -104,12 +119,26 @@ def cuda_toolkit(environ: dict[str, str] | None = None) -> Path | None:
     return None
 
 
-COMPILE_PASSTHROUGH = ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "CMAKE_BUILD_TYPE", "CCACHE_DIR", "SCCACHE_DIR")
+COMPILE_PASSTHROUGH = (
+    "TORCH_CUDA_ARCH_LIST",
+    "MAX_JOBS",
+    "NVCC_THREADS",
+    "CMAKE_BUILD_TYPE",
+    "CCACHE_DIR",
+    "SCCACHE_DIR",
+)
 
 
 def build_compiled(
-    tree: Path, commit: str, version: str, params: dict[str, str], toolkit: Path,
-    env: BuildEnv, out_dir: Path, work_parent: Path, log=log_stderr,
+    tree: Path,
+    commit: str,
+    version: str,
+    params: dict[str, str],
+    toolkit: Path,
+    env: BuildEnv,
+    out_dir: Path,
+    work_parent: Path,
+    log=log_stderr,
 ) -> SetupResult:
     """setup.py bdist_wheel compiling every extension with nvcc (20-40 min). Needs a real torch."""
     start = time.perf_counter()
@@ -122,7 +151,9 @@ def build_compiled(
         extra["PATH"] = f"{toolkit / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
         log(f"compile route: nvcc from {toolkit}, {', '.join(f'{k}={v}' for k, v in extra.items() if k != 'PATH')}")
         run_setup(
-            env, scratch / "vllm", _bdist_args(params["platform_tag"], scratch / "dist"),
+            env,
+            scratch / "vllm",
+            _bdist_args(params["platform_tag"], scratch / "dist"),
             setup_env(params, version, extra=extra),
             Progress([("compile", re.compile(r"^\[(\d+)/(\d+)\]"), 0)], log),
             what="vLLM's compile route (setup.py bdist_wheel with nvcc)",

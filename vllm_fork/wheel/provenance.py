@@ -75,5 +75,14 @@ def wheel_summary(wheel: Path) -> dict:
     return {"filename": wheel.name, "sha256": sha256_file(wheel), "size": wheel.stat().st_size}
 
 
-__all__ = ["SCHEMA", "SUFFIX", "provenance_path", "write", "read", "patched_package_files",
-           "changes_requirements", "tool_versions", "wheel_summary"]
+__all__ = [
+    "SCHEMA",
+    "SUFFIX",
+    "provenance_path",
+    "write",
+    "read",
+    "patched_package_files",
+    "changes_requirements",
+    "tool_versions",
+    "wheel_summary",
+]

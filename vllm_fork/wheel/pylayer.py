@@ -53,14 +53,13 @@ def read_blobs(repo: Path, blobs: list[str]) -> dict[str, bytes]:
         check=True,
     )
     data, pos, result = proc.stdout, 0, {}
-    for blob in blobs:
+    for _blob in blobs:
         end = data.index(b"\n", pos)
         oid, kind, size = data[pos:end].split()
         size = int(size)
         result[oid.decode()] = data[end + 1 : end + 1 + size]
         pos = end + 1 + size + 1
     return result
-
 
 
 def _read_manifest(tree_id: str) -> dict | None:
@@ -79,12 +78,18 @@ def _open_verified(tree_id: str) -> tuple[BinaryIO | None, str | None]:
     if manifest is None:
         return None, None  # never made: nothing to warn about
     name, want = manifest.get("file"), manifest.get("sha256")
-    if manifest.get("schema") != SCHEMA or manifest.get("tree") != tree_id or not name or not want \
-            or "/" in name or name.startswith("."):
+    if (
+        manifest.get("schema") != SCHEMA
+        or manifest.get("tree") != tree_id
+        or not name
+        or not want
+        or "/" in name
+        or name.startswith(".")
+    ):
         return None, f"its manifest {manifest_path(tree_id)} is unreadable or malformed"
     path = layer_dir() / name
     try:
-        fp = open(path, "rb")
+        fp = open(path, "rb")  # noqa: SIM115 -- returned open to the caller, who closes it
     except FileNotFoundError:
         return None, f"{path} named by its manifest is missing"
     got, size = sha256_fp(fp)
@@ -111,7 +116,9 @@ def _build(repo: Path, commit: str, subdir: str, tree_id: str) -> None:
         with open(tmp, "rb") as fp:
             sha256, size = sha256_fp(fp)
         name = f"{tree_id}-{sha256[:16]}.zip"
-        rename_into_place(Path(tmp), layer_dir() / name)  # same name, same bytes: a concurrent builder's rename is harmless
+        rename_into_place(
+            Path(tmp), layer_dir() / name
+        )  # same name, same bytes: a concurrent builder's rename is harmless
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -131,7 +138,11 @@ def open_layer(repo: Path, commit: str, subdir: str = "vllm") -> BinaryIO:
         if fp is not None:
             return fp
         if problem:
-            print(f"warning: the cached Python layer for tree {tree_id[:12]} is not used: {problem}; "
-                  "rebuilding it", file=sys.stderr)
+            print(
+                f"warning: the cached Python layer for tree {tree_id[:12]} is not used: {problem}; rebuilding it",
+                file=sys.stderr,
+            )
         _build(repo, commit, subdir, tree_id)
-    raise RuntimeError(f"the Python layer for tree {tree_id} does not verify right after being built")  # pragma: no cover
+    raise RuntimeError(
+        f"the Python layer for tree {tree_id} does not verify right after being built"
+    )  # pragma: no cover

@@ -16,8 +16,9 @@ from vllm_fork.wheel.buildenv import BuildEnv
 _DROP_PREFIXES = ("VLLM_", "SETUPTOOLS_SCM", "CMAKE_", "PIP_")
 
 
-def setup_env(params: dict[str, str], version: str, precompiled_wheel: Path | None = None,
-              extra: dict[str, str] | None = None) -> dict[str, str]:
+def setup_env(
+    params: dict[str, str], version: str, precompiled_wheel: Path | None = None, extra: dict[str, str] | None = None
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP_PREFIXES)}
     env.pop("TORCH_CUDA_ARCH_LIST", None)
     env.update(
@@ -68,12 +69,23 @@ class Progress:
             return
 
 
-def run_setup(env_: BuildEnv, cwd: Path, args: list[str], env: dict[str, str],
-              progress: Progress | None = None, what: str = "vLLM's setup.py") -> list[str]:
+def run_setup(
+    env_: BuildEnv,
+    cwd: Path,
+    args: list[str],
+    env: dict[str, str],
+    progress: Progress | None = None,
+    what: str = "vLLM's setup.py",
+) -> list[str]:
     """Run `python setup.py args` in `cwd`; return its output lines; ForkError with the tail on failure."""
     proc = subprocess.Popen(
         [str(env_.python), "setup.py", *args],
-        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
     )
     lines = []
     assert proc.stdout is not None

@@ -57,12 +57,17 @@ def verify(wheel: Path, root: Path = REPO_ROOT) -> Report:
         for info in zf.infolist():
             hashes[info.filename] = b64_sha256(zf.read(info))
         rows = {row[0]: row for row in read_record(zf, dist_info)}
-        bad_rows = [n for n, h in hashes.items() if n != f"{dist_info}/RECORD"
-                    and (n not in rows or rows[n][1] != f"sha256={h}")]
+        bad_rows = [
+            n
+            for n, h in hashes.items()
+            if n != f"{dist_info}/RECORD" and (n not in rows or rows[n][1] != f"sha256={h}")
+        ]
         missing = [n for n in rows if n not in hashes]
         if bad_rows or missing:
-            report.bad(f"RECORD disagrees with {len(bad_rows)} member(s) and lists {len(missing)} missing: "
-                       f"{(bad_rows + missing)[:5]}")
+            report.bad(
+                f"RECORD disagrees with {len(bad_rows)} member(s) and lists {len(missing)} missing: "
+                f"{(bad_rows + missing)[:5]}"
+            )
         else:
             report.ok(f"all {len(hashes)} members match the wheel's RECORD")
 
@@ -106,12 +111,16 @@ def verify(wheel: Path, root: Path = REPO_ROOT) -> Report:
             if f"Version: {version}\n" not in ours:
                 report.bad(f"METADATA does not say Version: {version}")
             if record.get("changes_requirements"):
-                report.ok("METADATA not compared with upstream's: the series changes requirements/setup.py/pyproject.toml")
+                report.ok(
+                    "METADATA not compared with upstream's: the series changes requirements/setup.py/pyproject.toml"
+                )
             elif _metadata_body(ours) != _metadata_body(theirs):
                 report.bad("METADATA differs from the official wheel's beyond the version")
             else:
                 report.ok("METADATA equals the official wheel's except the version")
             for name in ("entry_points.txt", "top_level.txt"):
-                if zf.read(f"{dist_info}/{name}") != official.read(f"{upstream_dist}/{name}") and not record.get("changes_requirements"):
+                if zf.read(f"{dist_info}/{name}") != official.read(f"{upstream_dist}/{name}") and not record.get(
+                    "changes_requirements"
+                ):
                     report.bad(f"{name} differs from the official wheel's")
     return report

@@ -73,8 +73,19 @@ class WheelWriter:
 def _renamed(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
     """A copy of `info` under another name; header_offset still points at the source entry."""
     new = zipfile.ZipInfo(name, info.date_time)
-    for attr in ("compress_type", "create_system", "create_version", "extract_version", "internal_attr",
-                 "external_attr", "CRC", "compress_size", "file_size", "flag_bits", "header_offset"):
+    for attr in (
+        "compress_type",
+        "create_system",
+        "create_version",
+        "extract_version",
+        "internal_attr",
+        "external_attr",
+        "CRC",
+        "compress_size",
+        "file_size",
+        "flag_bits",
+        "header_offset",
+    ):
         setattr(new, attr, getattr(info, attr))
     return new
 

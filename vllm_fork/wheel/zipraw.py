@@ -35,8 +35,17 @@ def copy_raw(src: BinaryIO, infos: Iterable[zipfile.ZipInfo], dst: zipfile.ZipFi
         src.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
 
         new = zipfile.ZipInfo(info.filename, info.date_time)
-        for attr in ("compress_type", "create_system", "create_version", "extract_version",
-                     "internal_attr", "external_attr", "CRC", "compress_size", "file_size"):
+        for attr in (
+            "compress_type",
+            "create_system",
+            "create_version",
+            "extract_version",
+            "internal_attr",
+            "external_attr",
+            "CRC",
+            "compress_size",
+            "file_size",
+        ):
             setattr(new, attr, getattr(info, attr))
         # Sizes and CRC go in the local header, so no data descriptor follows the data.
         new.flag_bits = info.flag_bits & ~_DATA_DESCRIPTOR
