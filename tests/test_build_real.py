@@ -64,7 +64,7 @@ def test_seed_copies_exactly_the_precompiled_members_raw(real_root):
     committed = json.loads((REPO_ROOT / "ops-cache" / "index.json").read_text())["artifacts"][RELEASE_KEY]
     assert entry.sha256 == committed["sha256"]  # seeding is deterministic: same artifact on every machine
     # the member hashes taken from the official wheel's RECORD are those of the artifact's members
-    computed = hashlib.sha256(opscache._record_bytes(opscache.member_record(artifact))).hexdigest()
+    computed = hashlib.sha256(opscache.record_bytes(opscache.member_record(artifact))).hexdigest()
     assert entry.record_sha256 == computed == committed["record_sha256"]
     with zipfile.ZipFile(official_wheel(load_pin(real_root))) as wheel, zipfile.ZipFile(artifact) as art:
         expected = [i for i in wheel.infolist() if is_precompiled_member(i.filename)]
@@ -137,7 +137,7 @@ def test_two_builds_sharing_one_fresh_cache(tmp_path, real_root):
     # Both builds share one index (a clone's own ops-cache/), so point the second at the first's.
     (roots[1] / "ops-cache").rename(roots[1] / "ops-cache-unused")
     (roots[1] / "ops-cache").symlink_to(roots[0] / "ops-cache")
-    script = "import sys; from pathlib import Path; from vllm_fork.build import build; print(build(root=Path(sys.argv[1])).wheel)"
+    script = "import sys; from pathlib import Path; from vllm_fork.wheel.build import build; print(build(root=Path(sys.argv[1])).wheel)"
     env = {**os.environ, "VLLM_FORK_CACHE": str(fresh), "PYTHONPATH": str(REPO_ROOT)}
     procs = [
         subprocess.Popen(

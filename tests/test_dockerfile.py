@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.core.paths import REPO_ROOT
-from vllm_fork.image.plan import _logical_lines, dockerfile_args
+from vllm_fork.image.plan import dockerfile_args, logical_lines
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 
@@ -28,7 +28,7 @@ def stages(text: str) -> dict[str, dict]:
     """Stage name -> {"from": base, "lines": [instructions]} in file order."""
     result: dict[str, dict] = {}
     current = None
-    for line in _logical_lines(text):
+    for line in logical_lines(text):
         if line.upper().startswith("FROM "):
             match = re.fullmatch(r"FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line, re.I)
             assert match, line
@@ -169,7 +169,7 @@ def test_the_build_stage_cannot_compile_silently(st, text):
 
 
 def test_no_secrets_or_build_trees_in_layers(st, text):
-    for line in _logical_lines(text):
+    for line in logical_lines(text):
         word = line.split(" ", 1)[0].upper()
         if word in ("ARG", "ENV"):
             assert not re.search(r"TOKEN|PASSWORD|SECRET|CREDENTIAL|AUTH", line, re.I), line
@@ -178,7 +178,7 @@ def test_no_secrets_or_build_trees_in_layers(st, text):
             assert not re.search(r"pip\.conf|netrc|\.git\b|build/|dist/|\.cache", line), line
     # pip's config (index credentials) enters only as a BuildKit secret mount.
     mount = "--mount=type=secret,id=pip.conf,target=/etc/pip.conf"
-    code = "\n".join(_logical_lines(text))
+    code = "\n".join(logical_lines(text))
     assert code.count(mount) == 4 and "pip.conf" not in code.replace(mount, "")
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.core.paths import REPO_ROOT
-from vllm_fork.image.plan import _logical_lines
+from vllm_fork.image.plan import logical_lines
 
 pytestmark = pytest.mark.slow  # makes venvs and runs pip
 
@@ -97,7 +97,7 @@ def make_wheel(dest: Path, version: str, files: dict[str, tuple[bytes, int]]) ->
 
 def stage_script(stage: str, **paths: Path) -> str:
     """The shell of the one RUN in a Dockerfile stage, `--mount` flags dropped, paths replaced."""
-    lines = _logical_lines((REPO_ROOT / "Dockerfile").read_text())
+    lines = logical_lines((REPO_ROOT / "Dockerfile").read_text())
     start = next(i for i, ln in enumerate(lines) if ln.startswith("FROM ") and ln.endswith(f" AS {stage}"))
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("FROM ")), len(lines))
     (run,) = [ln for ln in lines[start:end] if ln.startswith("RUN ")]

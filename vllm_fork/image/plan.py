@@ -158,12 +158,12 @@ def stale_reasons(wheel: ForkWheel, pin: Pin, patches: Path) -> list[str]:
     return reasons
 
 
-def _strip_userinfo(value):
+def strip_userinfo(value):
     """A copy of a JSON value with credentials removed from any URL in it."""
     if isinstance(value, dict):
-        return {k: _strip_userinfo(v) for k, v in value.items()}
+        return {k: strip_userinfo(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_strip_userinfo(v) for v in value]
+        return [strip_userinfo(v) for v in value]
     if isinstance(value, str) and "@" in value and "://" in value:
         parts = urllib.parse.urlsplit(value)
         if parts.username or parts.password:
@@ -191,7 +191,7 @@ def stage_dist(wheel: ForkWheel, dest: Path) -> Path:
     try:
         tmp.chmod(0o755)  # mkdtemp's 0700 would follow the files into the build
         _link_or_copy(wheel.path, tmp / wheel.path.name)
-        clean = _strip_userinfo(wheel.record)
+        clean = strip_userinfo(wheel.record)
         (tmp / record_path(wheel.path).name).write_text(json.dumps(clean, indent=2, sort_keys=True) + "\n")
         old = dest.with_name(f".{dest.name}.old")
         shutil.rmtree(old, ignore_errors=True)
@@ -208,7 +208,7 @@ def stage_dist(wheel: ForkWheel, dest: Path) -> Path:
 def dockerfile_args(dockerfile: Path) -> dict[str, str]:
     """The defaults of the global `ARG`s (those before the first FROM)."""
     args: dict[str, str] = {}
-    for line in _logical_lines(dockerfile.read_text()):
+    for line in logical_lines(dockerfile.read_text()):
         word, _, rest = line.partition(" ")
         if word.upper() == "FROM":
             break
@@ -237,7 +237,7 @@ def retarget_base(dockerfile: Path, old_tag: str, new_tag: str) -> bool:
     return True
 
 
-def _logical_lines(text: str) -> list[str]:
+def logical_lines(text: str) -> list[str]:
     """Dockerfile instructions with continuations joined and comments dropped."""
     lines, current = [], ""
     for raw in text.splitlines():

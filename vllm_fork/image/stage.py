@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import copy_atomic, sha256_file
-from vllm_fork.image.plan import _strip_userinfo, load_wheel
+from vllm_fork.image.plan import load_wheel, strip_userinfo
 
 
 def seed_cache(seed: Path, cache: Path) -> list[Path]:
@@ -44,7 +44,7 @@ def collect_dist(dist: Path, out: Path) -> Path:
     wheel = load_wheel(wheels[0])
     Path(out).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(wheel.path, Path(out) / wheel.path.name)
-    clean = _strip_userinfo(wheel.record)
+    clean = strip_userinfo(wheel.record)
     (Path(out) / wheel.record_path.name).write_text(json.dumps(clean, indent=2, sort_keys=True) + "\n")
     return Path(out) / wheel.path.name
 

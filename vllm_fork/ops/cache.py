@@ -137,7 +137,8 @@ def member_record(artifact: Path) -> dict[str, tuple[str, int]]:
     return record
 
 
-def _record_bytes(record: dict[str, tuple[str, int]]) -> bytes:
+def record_bytes(record: dict[str, tuple[str, int]]) -> bytes:
+    """The canonical bytes of a member RECORD, whose sha256 the index entry keeps."""
     return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -154,7 +155,7 @@ def load_member_record(entry: Entry, artifact: Path) -> dict[str, tuple[str, int
             return {k: tuple(v) for k, v in json.loads(data).items()}
         path.unlink(missing_ok=True)
     record = member_record(artifact)
-    data = _record_bytes(record)
+    data = record_bytes(record)
     if hashlib.sha256(data).hexdigest() != entry.record_sha256:
         raise ForkError(
             f"the members of {artifact.name} do not match the index entry for key {entry.key[:16]}; "
@@ -239,7 +240,7 @@ def put(
     sha256 = sha256_file(artifact_tmp)
     if record is None:
         record = member_record(artifact_tmp)
-    record_data = _record_bytes(record)
+    record_data = record_bytes(record)
     entry = Entry(
         key=key,
         file=artifact_filename(key),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from vllm_fork.core.git import git
 from vllm_fork.ops.inputs import INPUTS_FILE, load_inputs
-from vllm_fork.ops.key import _table_digest
+from vllm_fork.ops.key import table_digest
 
 
 def changed_compiled_inputs(repo: Path, old: str, new: str, root: Path) -> tuple[list[str], str]:
@@ -24,7 +24,7 @@ def changed_compiled_inputs(repo: Path, old: str, new: str, root: Path) -> tuple
         entry = next((e for e in inputs if e.covers(path)), None)
         if entry is None:
             continue
-        if entry.table and _table_digest(repo, old, entry) == _table_digest(repo, new, entry):
+        if entry.table and table_digest(repo, old, entry) == table_digest(repo, new, entry):
             continue  # only the packaging metadata of the file changed
         hits.append(str(entry) if entry.table else path)
     return hits, str(INPUTS_FILE)

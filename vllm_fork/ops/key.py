@@ -33,7 +33,8 @@ class OpsKey:
         return self.key[:16]
 
 
-def _table_digest(tree: Path, commit: str, entry: Input) -> str | None:
+def table_digest(tree: Path, commit: str, entry: Input) -> str | None:
+    """sha256 of one TOML table of a file at `commit` (None when the file or table is absent)."""
     proc = git(tree, "cat-file", "blob", f"{commit}:{entry.path}", check=False)
     if proc.returncode != 0:
         return None
@@ -61,7 +62,7 @@ def manifest(tree: Path, commit: str, inputs: list[Input], params: dict[str, str
     lines.sort(key=lambda line: line.split(" ", 2)[2])
     for entry in inputs:
         if entry.table is not None:
-            lines.append(f"table {_table_digest(tree, commit, entry) or 'absent'} {entry}")
+            lines.append(f"table {table_digest(tree, commit, entry) or 'absent'} {entry}")
     lines += [f"param {name}={params[name]}" for name in sorted(params)]
     return lines
 
@@ -104,8 +105,8 @@ def patches_touching_inputs(tree: Path, base: str, head: str = "HEAD", root: Pat
                 if not entry.covers(path):
                     continue
                 if entry.table is not None:
-                    before = _table_digest(tree, f"{commit}^", entry)
-                    if before == _table_digest(tree, commit, entry):
+                    before = table_digest(tree, f"{commit}^", entry)
+                    if before == table_digest(tree, commit, entry):
                         continue
                     path = str(entry)
                 hit.append(path)

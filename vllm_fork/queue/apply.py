@@ -169,14 +169,14 @@ def am(tree: Path, patches: list[Path], three_way: bool = False) -> PatchFailure
     patch = patches[index - 1]
     output = proc.stdout + proc.stderr
     # HEAD is still the commit before the failing patch: test each hunk against it.
-    conflicts = _conflicts_at(tree, out(tree, "rev-parse", "HEAD"), patch)
+    conflicts = conflicts_at(tree, out(tree, "rev-parse", "HEAD"), patch)
     if three_way:
         for path in out(tree, "diff", "--name-only", "--diff-filter=U").splitlines():
             conflicts.setdefault(path, ["(3-way merge left conflict markers in the file)"])
     return PatchFailure(patch, index, len(patches), conflicts, output)
 
 
-def _conflicts_at(tree: Path, commit: str, patch: Path) -> dict[str, list[str]]:
+def conflicts_at(tree: Path, commit: str, patch: Path) -> dict[str, list[str]]:
     """Hunks of `patch` that do not apply to `commit`, checked in a scratch index."""
     try:
         parsed = parse_patch(patch)

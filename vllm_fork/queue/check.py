@@ -9,7 +9,7 @@ from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import git, operation_in_progress, out
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.core.paths import patches_dir as default_patches_dir
-from vllm_fork.queue.apply import _conflicts_at, format_patches, prepare_tree
+from vllm_fork.queue.apply import conflicts_at, format_patches, prepare_tree
 from vllm_fork.queue.patchfile import parse_patch
 from vllm_fork.queue.series import series_entries, series_problems
 from vllm_fork.upstream.pin import Pin, load_pin
@@ -39,7 +39,7 @@ def apply_problems(tree: Path, patches: list[Path]) -> list[str]:
         proc = git(tree, "am", "--quiet", "--no-3way", "--keep-cr", "--keep-non-patch", str(patch), check=False)
         if proc.returncode == 0:
             continue
-        conflicts = _conflicts_at(tree, out(tree, "rev-parse", "HEAD"), patch)
+        conflicts = conflicts_at(tree, out(tree, "rev-parse", "HEAD"), patch)
         where = (
             "; ".join(f"{f} {' '.join(h)}" for f, h in conflicts.items())
             or ((proc.stdout + proc.stderr).strip().splitlines() or ["git gave no reason"])[-1]
