@@ -1,8 +1,16 @@
-"""Which paths of the vLLM tree its compiled build reads (`ops-cache/compiled-inputs.txt`)."""
+"""The one loader of the per-release data under `ops-cache/`.
+
+`compiled-inputs.txt` (what the compiled build reads), `build-params.toml` (the
+ops key's parameters), `packaging.toml` (what setup.py reads for the wheel's
+metadata) and `precompiled-members.toml` (the members vLLM's precompiled path
+extracts). Rebasing onto a new release means reviewing these files, not code.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +20,8 @@ from vllm_fork.core.paths import REPO_ROOT
 
 INPUTS_FILE = Path("ops-cache") / "compiled-inputs.txt"
 PARAMS_FILE = Path("ops-cache") / "build-params.toml"
+PACKAGING_FILE = Path("ops-cache") / "packaging.toml"
+MEMBERS_FILE = Path("ops-cache") / "precompiled-members.toml"
 PARAM_NAMES = ("target_device", "cuda", "torch", "cuda_arch_list", "platform_tag", "python_abi")
 
 
@@ -77,3 +87,83 @@ def load_params(root: Path = REPO_ROOT, environ: dict[str, str] | None = None) -
     if environ.get("TORCH_CUDA_ARCH_LIST"):
         params["cuda_arch_list"] = environ["TORCH_CUDA_ARCH_LIST"]
     return params
+
+
+def _load_toml(root: Path, name: Path, what: str, keys: tuple[str, ...]) -> dict:
+    path = root / name
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ForkError(f"{path} is missing: it lists {what}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ForkError(f"{path} is not valid TOML: {exc}") from None
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise ForkError(f"{path} lacks {', '.join(missing)}")
+    return data
+
+
+@dataclass(frozen=True)
+class Packaging:
+    """What vLLM's setup.py reads for the wheel's metadata (`ops-cache/packaging.toml`)."""
+
+    metadata_inputs: tuple[str, ...]  # outside vllm/; `dir/` for a directory
+    package_inputs: tuple[str, ...]  # inside vllm/
+    requirements: tuple[str, ...]  # the subset of metadata_inputs that decides the dependencies
+
+    @property
+    def pathspecs(self) -> list[str]:
+        """All of it as git pathspecs (the metadata cache key, the checkout for `dist_info`)."""
+        return [p.rstrip("/") for p in self.metadata_inputs + self.package_inputs]
+
+    @property
+    def requirement_pathspecs(self) -> list[str]:
+        return [p.rstrip("/") for p in self.requirements]
+
+    def shapes_wheel(self, path: str) -> bool:
+        """Whether a changed path outside vllm/ is one of metadata_inputs."""
+        return any(path.startswith(p) if p.endswith("/") else path == p for p in self.metadata_inputs)
+
+
+@functools.cache
+def load_packaging(root: Path = REPO_ROOT) -> Packaging:
+    keys = ("metadata_inputs", "package_inputs", "requirements")
+    data = _load_toml(root, PACKAGING_FILE, "what setup.py reads for the wheel's metadata", keys)
+    packaging = Packaging(*(tuple(data[k]) for k in keys))
+    stray = [r for r in packaging.requirements if r not in packaging.metadata_inputs]
+    if stray:
+        raise ForkError(f"{root / PACKAGING_FILE}: requirements {stray} must also be in metadata_inputs")
+    return packaging
+
+
+@dataclass(frozen=True)
+class PrecompiledMembers:
+    """The wheel members vLLM's precompiled path extracts (`ops-cache/precompiled-members.toml`)."""
+
+    exact: frozenset[str]
+    rust_extension: re.Pattern
+    vendored: tuple[re.Pattern, ...]
+    source_controlled: frozenset[str]
+
+    def covers(self, name: str) -> bool:
+        """Whether vLLM's precompiled path extracts this wheel member."""
+        if name in self.exact or self.rust_extension.match(name):
+            return True
+        if self.vendored[0].match(name) and name in self.source_controlled:
+            return False
+        return any(p.match(name) for p in self.vendored)
+
+
+@functools.cache
+def load_precompiled_members(root: Path = REPO_ROOT) -> PrecompiledMembers:
+    keys = ("exact", "rust_extension", "vendored", "source_controlled")
+    data = _load_toml(root, MEMBERS_FILE, "the members of the ops artifact", keys)
+    try:
+        return PrecompiledMembers(
+            frozenset(data["exact"]),
+            re.compile(data["rust_extension"]),
+            tuple(re.compile(p) for p in data["vendored"]),
+            frozenset(data["source_controlled"]),
+        )
+    except re.error as exc:
+        raise ForkError(f"{root / MEMBERS_FILE}: a pattern is not a valid regular expression: {exc}") from None

@@ -1,8 +1,7 @@
 """Seeding the ops cache from the official wheel of the pinned release.
 
-The artifact holds exactly the members vLLM 0.33.0's precompiled path extracts
-(setup.py, `precompiled_wheel_utils.extract_precompiled_and_patch_package` with
-extract_extensions=True and extract_rust_frontend=True): the compiled `.so` files,
+The artifact holds exactly the members vLLM's precompiled path extracts, as
+`ops-cache/precompiled-members.toml` lists them: the compiled `.so` files,
 `vllm/vllm-rs`, and the vendored trees under `vllm/third_party/...` and
 `vllm/vllm_flash_attn/...`. The precompiled route checks this list against what
 setup.py actually extracts on every run.
@@ -13,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import re
 import tempfile
 import time
 import zipfile
@@ -21,52 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.fs import sha256_file
+from vllm_fork.ops.inputs import load_precompiled_members
 from vllm_fork.upstream.download import fetch
 from vllm_fork.upstream.pin import Pin
 from vllm_fork.wheel.zipraw import copy_raw
 
-# Mirrors vLLM 0.33.0 setup.py (extract_precompiled_and_patch_package).
-EXACT_MEMBERS = frozenset(
-    {
-        "vllm/_C.abi3.so",
-        "vllm/_C_stable_libtorch.abi3.so",
-        "vllm/_moe_C_stable_libtorch.abi3.so",
-        "vllm/_qutlass_C.abi3.so",
-        "vllm/_flashmla_C.abi3.so",
-        "vllm/_flashmla_extension_C.abi3.so",
-        "vllm/_flashkda_C.abi3.so",
-        "vllm/_sparse_flashmla_C.abi3.so",
-        "vllm/_deepselect_C.abi3.so",
-        "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",
-        "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",
-        "vllm/cumem_allocator.abi3.so",
-        "vllm/spinloop.abi3.so",
-        "vllm/fs_io_C.abi3.so",
-        "vllm/_rocm_C.abi3.so",
-        "vllm/vllm-rs",
-    }
-)
-RUST_EXTENSION = re.compile(r"vllm/_rust_[^/]*\.so$")
-FLASH_ATTN_SOURCE_CONTROLLED = frozenset(
-    {"vllm/vllm_flash_attn/__init__.py", "vllm/vllm_flash_attn/flash_attn_interface.py"}
-)
-VENDORED = [
-    re.compile(r"vllm/vllm_flash_attn/(?:[^/.][^/]*/)*(?!\.)[^/]*\.py"),
-    re.compile(r"vllm/third_party/triton_kernels/(?:[^/.][^/]*/)*(?!\.)[^/]*\.py"),
-    re.compile(r"vllm/third_party/flashmla/(?:[^/.][^/]*/)*(?!\.)[^/]*\.py"),
-    re.compile(r"vllm/third_party/deep_gemm/.*"),
-    re.compile(r"vllm/third_party/tml_fa4/.*"),
-    re.compile(r"vllm/third_party/fmha_sm100/.*"),
-]
-
 
 def is_precompiled_member(name: str) -> bool:
-    """Whether vLLM's precompiled path extracts this wheel member."""
-    if name in EXACT_MEMBERS or RUST_EXTENSION.match(name):
-        return True
-    if VENDORED[0].match(name) and name in FLASH_ATTN_SOURCE_CONTROLLED:
-        return False
-    return any(p.match(name) for p in VENDORED)
+    """Whether vLLM's precompiled path extracts this wheel member (`ops-cache/precompiled-members.toml`)."""
+    return load_precompiled_members().covers(name)
 
 
 @dataclass(frozen=True)

@@ -23,23 +23,20 @@ from pathlib import Path
 
 from vllm_fork.core.fs import atomic_path
 from vllm_fork.core.git import git
+from vllm_fork.ops.inputs import load_packaging
 from vllm_fork.ops.seed import is_precompiled_member
 from vllm_fork.wheel.metadata import WheelMetadata
 from vllm_fork.wheel.pylayer import open_layer, read_blobs
 from vllm_fork.wheel.writer import WheelWriter, walk_key
 
 PACKAGE = "vllm/"
-#: Files outside the package that still shape the wheel (metadata, file selection).
-PACKAGING_FILES = frozenset(
-    {"setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE", "tools/build_rust.py"}
-)
-PACKAGING_DIRS = ("requirements/",)
 
 
 def blockers(tree: Path, base: str, head: str) -> list[str]:
     """Why the fast route cannot build `head` (changes since `base` it does not handle); [] if it can."""
     raw = git(tree, "diff", "--raw", "--no-renames", "-z", base, head).stdout
     fields = raw.split("\0")
+    packaging = load_packaging()
     reasons = []
     for meta, path in zip(fields[0::2], fields[1::2]):
         if not meta:
@@ -55,7 +52,7 @@ def blockers(tree: Path, base: str, head: str) -> list[str]:
                 reasons.append(f"{path}: a non-Python file in the package")
             elif is_precompiled_member(path):
                 reasons.append(f"{path}: inside a vendored tree the precompiled wheel provides")
-        elif path in PACKAGING_FILES or path.startswith(PACKAGING_DIRS) or path.endswith(".gitattributes"):
+        elif packaging.shapes_wheel(path) or path.endswith(".gitattributes"):
             reasons.append(f"{path}: packaging metadata or requirements")
     return reasons
 

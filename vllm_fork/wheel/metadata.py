@@ -21,21 +21,9 @@ from pathlib import Path
 
 from vllm_fork.core.git import git
 from vllm_fork.core.paths import cache_dir
+from vllm_fork.ops.inputs import load_packaging
 from vllm_fork.wheel.buildenv import BuildEnv
 from vllm_fork.wheel.setuppy import run_setup, setup_env
-
-#: What vLLM's setup.py reads to make metadata (and the version file).
-METADATA_INPUTS = (
-    "setup.py",
-    "setup.cfg",
-    "pyproject.toml",
-    "README.md",
-    "LICENSE",
-    "MANIFEST.in",
-    "requirements",
-    "vllm/envs.py",
-    "tools/build_rust.py",
-)
 
 
 @dataclass(frozen=True)
@@ -51,7 +39,7 @@ class WheelMetadata:
 
 
 def _cache_key(tree: Path, commit: str, version: str, env: BuildEnv, params: dict[str, str]) -> str:
-    listing = git(tree, "ls-tree", "-r", "--full-tree", commit, "--", *METADATA_INPUTS).stdout
+    listing = git(tree, "ls-tree", "-r", "--full-tree", commit, "--", *load_packaging().pathspecs).stdout
     text = json.dumps([listing, version, env.path.name, params], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -72,7 +60,7 @@ def wheel_metadata(tree: Path, commit: str, version: str, env: BuildEnv, params:
     try:
         src = work / "src"
         src.mkdir()
-        archive = git(tree, "archive", "--format=tar", commit, "--", *METADATA_INPUTS, text=False).stdout
+        archive = git(tree, "archive", "--format=tar", commit, "--", *load_packaging().pathspecs, text=False).stdout
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(src, filter="data")
         (src / "out").mkdir()

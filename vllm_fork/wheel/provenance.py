@@ -12,6 +12,7 @@ from pathlib import Path
 
 from vllm_fork.core.fs import sha256_file, write_atomic
 from vllm_fork.core.git import git
+from vllm_fork.ops.inputs import load_packaging
 
 SCHEMA = 1
 SUFFIX = ".provenance.json"
@@ -47,8 +48,9 @@ def patched_package_files(tree: Path, base: str, head: str) -> list[dict]:
 
 
 def changes_requirements(tree: Path, base: str, head: str) -> bool:
-    """Whether the series changes what decides the wheel's dependencies."""
-    changed = git(tree, "diff", "--name-only", base, head, "--", "requirements", "setup.py", "pyproject.toml").stdout
+    """Whether the series changes what decides the wheel's dependencies (`ops-cache/packaging.toml`)."""
+    pathspecs = load_packaging().requirement_pathspecs
+    changed = git(tree, "diff", "--name-only", base, head, "--", *pathspecs).stdout
     return bool(changed.strip())
 
 
