@@ -25,12 +25,12 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.core import log
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import write_atomic
 from vllm_fork.core.git import git
@@ -531,7 +531,7 @@ def require_buildx() -> None:
 
 
 def run_command(cmd: list[str]) -> None:
-    print(f"+ {render(cmd)}", file=sys.stderr)
+    log.info(f"+ {render(cmd)}")
     proc = subprocess.run(cmd, check=False)
     if proc.returncode != 0:
         raise ForkError(f"`docker buildx build` failed ({proc.returncode}); its output is above")

@@ -13,6 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from vllm_fork.core import log
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import copy_atomic, sha256_file
 from vllm_fork.image.plan import load_wheel, strip_userinfo
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"exported {export_ops(args.record, args.cache, args.out)}")
     except ForkError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        log.error(str(exc))
         return 1
     return 0
 

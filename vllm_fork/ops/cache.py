@@ -15,7 +15,6 @@ import fcntl
 import hashlib
 import json
 import os
-import sys
 import urllib.parse
 import urllib.request
 import zipfile
@@ -25,6 +24,8 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import atomic_open, b64_digest, sha256_file, write_atomic
+from vllm_fork.core.log import info as log_info
+from vllm_fork.core.log import warning as log_warning
 from vllm_fork.core.paths import REPO_ROOT, cache_dir, cache_subdir
 from vllm_fork.ops import oci
 from vllm_fork.upstream.download import fetch_url
@@ -191,7 +192,7 @@ def _fetch_from(remote: str, entry: Entry, dest: Path) -> None:
         raise ForkError(f"unsupported ops remote {remote!r} (use file://, http(s):// or oci://)")
 
 
-def get(key: str, root: Path = REPO_ROOT, log=print) -> tuple[Entry, Path] | None:
+def get(key: str, root: Path = REPO_ROOT, log=log_info) -> tuple[Entry, Path] | None:
     """The verified artifact for `key`, fetched from a remote if needed; None if the index lacks it."""
     entry = lookup(key, root)
     if entry is None:
@@ -201,10 +202,8 @@ def get(key: str, root: Path = REPO_ROOT, log=print) -> tuple[Entry, Path] | Non
         got = sha256_file(dest)
         if got == entry.sha256:
             return entry, dest
-        print(
-            f"warning: cached artifact {dest} has sha256 {got}, the index says {entry.sha256}; "
-            "deleting it and fetching it again",
-            file=sys.stderr,
+        log_warning(
+            f"cached artifact {dest} has sha256 {got}, the index says {entry.sha256}; deleting it and fetching it again"
         )
         dest.unlink(missing_ok=True)
     errors = []

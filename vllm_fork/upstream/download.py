@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from vllm_fork.core import log
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import rename_into_place, sha256_file
 from vllm_fork.core.paths import cache_subdir
@@ -22,28 +22,6 @@ CHUNK = 1 << 20
 
 def downloads_dir() -> Path:
     return cache_subdir("downloads")
-
-
-class _Progress:
-    """A one-line progress meter on stderr, shown only on a terminal."""
-
-    def __init__(self, label: str, total: int | None) -> None:
-        self.label, self.total, self.done = label, total, 0
-        self.enabled = sys.stderr.isatty()
-        self._last = 0.0
-
-    def update(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self.enabled and now - self._last > 0.2:
-            self._last = now
-            total = f"/{self.total >> 20} MiB" if self.total else " MiB"
-            sys.stderr.write(f"\r  {self.label}: {self.done >> 20}{total}")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
 
 
 def fetch_url(url: str | urllib.request.Request, dest: Path, sha256: str, timeout: float = 60) -> Path:
@@ -63,12 +41,11 @@ def fetch_url(url: str | urllib.request.Request, dest: Path, sha256: str, timeou
             digest = hashlib.sha256()
             with open(tmp, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as resp:
                 length = resp.headers.get("Content-Length")
-                progress = _Progress(dest.name, int(length) if length else None)
+                progress = log.Progress(dest.name, int(length) if length else None, unit="MiB", scale=1 << 20)
                 while chunk := resp.read(CHUNK):
                     out.write(chunk)
                     digest.update(chunk)
-                    progress.update(len(chunk))
-                progress.close()
+                    progress.advance(len(chunk))
             got = digest.hexdigest()
             if got != sha256:
                 raise ForkError(
@@ -108,10 +85,7 @@ def fetch(project: str, filename: str, sha256: str) -> Path:
         if verified(dest, sha256):
             return dest
         got = sha256_file(dest)
-        print(
-            f"warning: cached {dest} has sha256 {got}, expected {sha256}; fetching it again",
-            file=sys.stderr,
-        )
+        log.warning(f"cached {dest} has sha256 {got}, expected {sha256}; fetching it again")
         dest.unlink()
     entry = find_file(project, filename)
     if entry.sha256 and entry.sha256 != sha256:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import dirty_paths, git, operation_in_progress, rev
+from vllm_fork.core.log import info as log_info
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.ops import cache as opscache
 from vllm_fork.ops import seed
@@ -29,7 +30,6 @@ from vllm_fork.wheel.buildenv import ensure_build_env
 from vllm_fork.wheel.fast import blockers, build_fast
 from vllm_fork.wheel.metadata import wheel_metadata
 from vllm_fork.wheel.precompiled import build_compiled, build_precompiled, cuda_toolkit, nvcc_version
-from vllm_fork.wheel.setuppy import log_stderr
 from vllm_fork.wheel.version import series_id
 
 UPSTREAM_REF = "refs/fork/upstream"
@@ -76,7 +76,7 @@ def tree_commits(tree: Path) -> tuple[str, str]:
     return base, rev(tree, "HEAD")
 
 
-def seed_cache(root: Path = REPO_ROOT, tree: Path | None = None, log=log_stderr) -> tuple[opscache.Entry, Path, float]:
+def seed_cache(root: Path = REPO_ROOT, tree: Path | None = None, log=log_info) -> tuple[opscache.Entry, Path, float]:
     """Store the pinned release's compiled members (from the official wheel) under upstream's key."""
     pin = load_pin(root)
     tree = tree or default_tree(root)
@@ -137,7 +137,7 @@ def build(
     apply: bool = True,
     source: str | None = None,
     out_dir: Path | None = None,
-    log=log_stderr,
+    log=log_info,
 ) -> BuildResult:
     if route not in ROUTES:
         raise ForkError(f"unknown route {route!r}; one of {', '.join(ROUTES)}")

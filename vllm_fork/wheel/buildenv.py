@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.log import info as log_info
 from vllm_fork.core.paths import cache_dir
 
 STANDIN_VERSION = 1  # bump when the stand-in's files change
@@ -131,7 +132,7 @@ def ensure_build_env(
     torch_version: str,
     cuda: str,
     real_torch: bool = False,
-    log=print,
+    log=log_info,
 ) -> BuildEnv:
     """The build env for these requirements, made once (atomically, under a lock)."""
     reqs = build_requirements(requirements_text)

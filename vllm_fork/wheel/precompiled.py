@@ -18,8 +18,9 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import git
+from vllm_fork.core.log import info as log_info
 from vllm_fork.wheel.buildenv import BuildEnv
-from vllm_fork.wheel.setuppy import Progress, log_stderr, run_setup, setup_env
+from vllm_fork.wheel.setuppy import SetupProgress, run_setup, setup_env
 
 _EXTRACT = re.compile(r"^\[extract\] (.+)$")
 _ADDING = re.compile(r"^adding '([^']+)'")
@@ -68,7 +69,7 @@ def build_precompiled(
     env: BuildEnv,
     out_dir: Path,
     work_parent: Path,
-    log=log_stderr,
+    log=log_info,
     expected_members: int | None = None,
     member_sizes: dict[str, int] | None = None,
 ) -> SetupResult:
@@ -97,7 +98,7 @@ def build_precompiled(
             scratch / "vllm",
             _bdist_args(params["platform_tag"], scratch / "dist"),
             setup_env(params, version, precompiled_wheel=artifact),
-            Progress(stages, log),
+            SetupProgress(stages, log),
             what="vLLM's precompiled route (setup.py bdist_wheel)",
         )
         extracted = [m.group(1) for line in lines if (m := _EXTRACT.match(line))]
@@ -138,7 +139,7 @@ def build_compiled(
     env: BuildEnv,
     out_dir: Path,
     work_parent: Path,
-    log=log_stderr,
+    log=log_info,
 ) -> SetupResult:
     """setup.py bdist_wheel compiling every extension with nvcc (20-40 min). Needs a real torch."""
     start = time.perf_counter()
@@ -155,7 +156,7 @@ def build_compiled(
             scratch / "vllm",
             _bdist_args(params["platform_tag"], scratch / "dist"),
             setup_env(params, version, extra=extra),
-            Progress([("compile", re.compile(r"^\[(\d+)/(\d+)\]"), 0)], log),
+            SetupProgress([("compile", re.compile(r"^\[(\d+)/(\d+)\]"), 0)], log),
             what="vLLM's compile route (setup.py bdist_wheel with nvcc)",
         )
         wheel = _take_wheel(scratch / "dist", out_dir)

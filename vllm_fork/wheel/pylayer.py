@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
+from vllm_fork.core import log
 from vllm_fork.core.fs import b64_sha256, rename_into_place, sha256_fp, write_atomic
 from vllm_fork.core.git import git_env, out
 from vllm_fork.core.paths import cache_subdir
@@ -138,10 +138,7 @@ def open_layer(repo: Path, commit: str, subdir: str = "vllm") -> BinaryIO:
         if fp is not None:
             return fp
         if problem:
-            print(
-                f"warning: the cached Python layer for tree {tree_id[:12]} is not used: {problem}; rebuilding it",
-                file=sys.stderr,
-            )
+            log.warning(f"the cached Python layer for tree {tree_id[:12]} is not used: {problem}; rebuilding it")
         _build(repo, commit, subdir, tree_id)
     raise RuntimeError(
         f"the Python layer for tree {tree_id} does not verify right after being built"

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from vllm_fork.core import log
 from vllm_fork.core.errors import ForkError
 from vllm_fork.wheel.buildenv import BuildEnv
 
@@ -34,8 +33,8 @@ def setup_env(
     return env
 
 
-class Progress:
-    """Progress of a long setup.py run, from its output lines; prints a line every 10%.
+class SetupProgress:
+    """Progress of a long setup.py run, read from its output lines (one `log.Progress` per stage).
 
     Each stage is (name, pattern, total) or (name, pattern, total, weights): with
     weights, a matching line counts weights[group(1)] (e.g. bytes of a wheel member,
@@ -43,29 +42,23 @@ class Progress:
     how far it is itself, like ninja's `[12/345]`.
     """
 
-    def __init__(self, stages: list[tuple], log: Callable[[str], None]) -> None:
+    def __init__(self, stages: list[tuple], log_fn: Callable[[str], None] = log.info) -> None:
         self.stages = [s if len(s) == 4 else (*s, None) for s in stages]
-        self.log = log
-        self.counts = {s[0]: 0 for s in self.stages}
-        self.shown = {s[0]: -1 for s in self.stages}
-        self.start = time.monotonic()
+        self.progress = {s[0]: log.Progress(s[0], s[2], log=log_fn) for s in self.stages}
 
     def feed(self, line: str) -> None:
         for name, pattern, total, weights in self.stages:
             match = pattern.search(line)
             if not match:
                 continue
+            progress = self.progress[name]
             if total == 0 and match.groups():
-                done, total = (int(g) for g in match.groups()[:2])
-                self.counts[name] = done
+                done, of = (int(g) for g in match.groups()[:2])
+                progress.update(done, of)
             elif weights is not None:
-                self.counts[name] += weights.get(match.group(1), weights.get("", 1))
+                progress.advance(weights.get(match.group(1), weights.get("", 1)))
             else:
-                self.counts[name] += 1
-            pct = min(100, self.counts[name] * 100 // max(total, 1))
-            if pct // 10 > self.shown[name] // 10:
-                self.shown[name] = pct
-                self.log(f"  {name}: {pct:3d}%  {time.monotonic() - self.start:5.1f}s")
+                progress.advance()
             return
 
 
@@ -74,7 +67,7 @@ def run_setup(
     cwd: Path,
     args: list[str],
     env: dict[str, str],
-    progress: Progress | None = None,
+    progress: SetupProgress | None = None,
     what: str = "vLLM's setup.py",
 ) -> list[str]:
     """Run `python setup.py args` in `cwd`; return its output lines; ForkError with the tail on failure."""
@@ -102,7 +95,3 @@ def run_setup(
             "run with the same tree again after fixing the cause."
         )
     return lines
-
-
-def log_stderr(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
