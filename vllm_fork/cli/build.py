@@ -17,8 +17,9 @@ from vllm_fork.ops.cache import publish as do_publish
 from vllm_fork.ops.inputs import load_inputs
 from vllm_fork.ops.key import compute_key, patches_touching_inputs
 from vllm_fork.ops.oci import is_oci
-from vllm_fork.wheel.build import UPSTREAM_REF, seed_cache, tree_commits
+from vllm_fork.queue.apply import UPSTREAM_REF
 from vllm_fork.wheel.build import build as do_build
+from vllm_fork.wheel.build import seed_cache, tree_commits
 from vllm_fork.wheel.verify import verify as do_verify
 from vllm_fork.wheel.version import series_id
 

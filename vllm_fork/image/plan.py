@@ -36,6 +36,7 @@ from vllm_fork.core.fs import write_atomic
 from vllm_fork.core.git import git
 from vllm_fork.core.paths import REPO_ROOT, cache_dir, patches_dir
 from vllm_fork.upstream.pin import Pin, load_pin
+from vllm_fork.wheel.provenance import provenance_path
 
 DOCKERFILE = "Dockerfile"
 #: Where `invoke docker` stages what it hands to the builder (under build/, git-ignored).
@@ -43,7 +44,6 @@ STAGE_DIR = Path("build") / "docker"
 WHEEL_SOURCES = ("dist", "build", "compile")
 #: Build-argument names in the Dockerfile for the base image.
 BASE_ARGS = ("VLLM_BASE_IMAGE", "VLLM_BASE_TAG", "VLLM_BASE_DIGEST")
-RECORD_SUFFIX = ".provenance.json"
 LABEL_PREFIX = "vllm-fork"
 #: Wheel platform tag -> Docker platform. The wheel decides what the image can run on.
 PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
@@ -62,7 +62,7 @@ class ForkWheel:
 
     @property
     def record_path(self) -> Path:
-        return record_path(self.path)
+        return provenance_path(self.path)
 
     @property
     def version(self) -> str:
@@ -76,10 +76,6 @@ class ForkWheel:
             if tag.endswith(arch):
                 return platform
         raise ForkError(f"{self.path.name}: no Linux platform for wheel platform tag {tag!r}")
-
-
-def record_path(wheel: Path) -> Path:
-    return wheel.with_name(wheel.name + RECORD_SUFFIX)
 
 
 def _required(record: dict, dotted: str, where: Path):
@@ -99,7 +95,7 @@ def load_wheel(wheel: Path) -> ForkWheel:
     wheel = Path(wheel)
     if not wheel.is_file() or not _WHEEL_RE.match(wheel.name):
         raise ForkError(f"{wheel} is not a wheel file. Run `invoke build` to make one in dist/.")
-    rec_path = record_path(wheel)
+    rec_path = provenance_path(wheel)
     try:
         record = json.loads(rec_path.read_text())
     except FileNotFoundError:
@@ -117,7 +113,9 @@ def load_wheel(wheel: Path) -> ForkWheel:
 def find_wheel(dist: Path, pin: Pin) -> ForkWheel:
     """The newest wheel in `dist` built on the pinned release and carrying a record."""
     prefix = f"vllm-{pin.version}+"
-    candidates = [p for p in Path(dist).glob("vllm-*.whl") if p.name.startswith(prefix) and record_path(p).is_file()]
+    candidates = [
+        p for p in Path(dist).glob("vllm-*.whl") if p.name.startswith(prefix) and provenance_path(p).is_file()
+    ]
     if not candidates:
         raise ForkError(
             f"no patched wheel for vLLM {pin.version} with a provenance record in {dist}. "
@@ -192,7 +190,7 @@ def stage_dist(wheel: ForkWheel, dest: Path) -> Path:
         tmp.chmod(0o755)  # mkdtemp's 0700 would follow the files into the build
         _link_or_copy(wheel.path, tmp / wheel.path.name)
         clean = strip_userinfo(wheel.record)
-        (tmp / record_path(wheel.path).name).write_text(json.dumps(clean, indent=2, sort_keys=True) + "\n")
+        (tmp / provenance_path(wheel.path).name).write_text(json.dumps(clean, indent=2, sort_keys=True) + "\n")
         old = dest.with_name(f".{dest.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         if dest.exists():

@@ -24,6 +24,7 @@ from vllm_fork.ops import seed
 from vllm_fork.ops.inputs import INPUTS_FILE, load_inputs, load_params
 from vllm_fork.ops.key import OpsKey, Touch, compute_key, patches_touching_inputs
 from vllm_fork.queue import apply as queue
+from vllm_fork.queue.apply import UPSTREAM_REF
 from vllm_fork.upstream.pin import Pin, load_pin
 from vllm_fork.wheel import provenance
 from vllm_fork.wheel.buildenv import ensure_build_env
@@ -32,7 +33,6 @@ from vllm_fork.wheel.metadata import wheel_metadata
 from vllm_fork.wheel.precompiled import build_compiled, build_precompiled, cuda_toolkit, nvcc_version
 from vllm_fork.wheel.version import series_id
 
-UPSTREAM_REF = "refs/fork/upstream"
 ROUTES = ("auto", "fast", "precompiled")
 
 
