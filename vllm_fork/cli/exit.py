@@ -1,4 +1,4 @@
-"""What every invoke task shares: a ForkError becomes a message and exit status 1."""
+"""What every invoke task shares: a ForkError becomes its message on stderr and its exit status."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from vllm_fork.core.errors import ForkError
 
 @contextmanager
 def user_errors():
-    """Print a ForkError as the user-facing message (no traceback) and exit 1."""
+    """Print a ForkError as the user-facing message (no traceback) and exit with its exit_code."""
     try:
         yield
     except ForkError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        raise Exit(code=1) from None
+        raise Exit(code=exc.exit_code) from None
 
 
 def run_or_exit(fn, *args, **kwargs):

@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import GitError
 
 #: Identity and time for every commit the tooling makes (upstream import, git am).
 FIXED_NAME = "vllm-fork"
@@ -51,7 +51,7 @@ def git(
     env: dict[str, str] | None = None,
     text: bool = True,
 ) -> subprocess.CompletedProcess:
-    """Run `git -C repo args...`; raise ForkError with git's output on failure."""
+    """Run `git -C repo args...`; raise GitError with git's output on failure."""
     cmd = ["git"]
     if repo is not None:
         cmd += ["-C", str(repo)]
@@ -66,7 +66,7 @@ def git(
     )
     if check and proc.returncode != 0:
         err = proc.stderr if text else proc.stderr.decode(errors="replace")
-        raise ForkError(f"`{' '.join(cmd)}` failed ({proc.returncode}):\n{err.strip()}")
+        raise GitError(f"`{' '.join(cmd)}` failed ({proc.returncode}):\n{err.strip()}")
     return proc
 
 

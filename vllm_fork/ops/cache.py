@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import ConfigError, DownloadError, ForkError, IntegrityError
 from vllm_fork.core.fs import atomic_open, b64_digest, sha256_file, write_atomic
 from vllm_fork.core.log import info as log_info
 from vllm_fork.core.log import warning as log_warning
@@ -75,9 +75,9 @@ def read_index(root: Path = REPO_ROOT) -> dict:
     except FileNotFoundError:
         return _empty_index()
     except json.JSONDecodeError as exc:
-        raise ForkError(f"{path} is not valid JSON ({exc}); restore it with `git checkout {INDEX_FILE}`") from None
+        raise ConfigError(f"{path} is not valid JSON ({exc}); restore it with `git checkout {INDEX_FILE}`") from None
     if data.get("schema") != SCHEMA:
-        raise ForkError(f"{path} has schema {data.get('schema')!r}; this tool reads schema {SCHEMA}")
+        raise ConfigError(f"{path} has schema {data.get('schema')!r}; this tool reads schema {SCHEMA}")
     data.setdefault("remotes", [])
     data.setdefault("artifacts", {})
     return data
@@ -158,7 +158,7 @@ def load_member_record(entry: Entry, artifact: Path) -> dict[str, tuple[str, int
     record = member_record(artifact)
     data = record_bytes(record)
     if hashlib.sha256(data).hexdigest() != entry.record_sha256:
-        raise ForkError(
+        raise IntegrityError(
             f"the members of {artifact.name} do not match the index entry for key {entry.key[:16]}; "
             "the artifact is not what was stored. Delete it and run the build again."
         )
@@ -176,7 +176,7 @@ def _copy_verified(src: Path, dest: Path, sha256: str) -> None:
             digest.update(chunk)
             out.write(chunk)
         if digest.hexdigest() != sha256:
-            raise ForkError(f"{src} has sha256 {digest.hexdigest()}, the index says {sha256}: not used")
+            raise IntegrityError(f"{src} has sha256 {digest.hexdigest()}, the index says {sha256}: not used")
 
 
 def _fetch_from(remote: str, entry: Entry, dest: Path) -> None:
@@ -189,7 +189,7 @@ def _fetch_from(remote: str, entry: Entry, dest: Path) -> None:
     elif url.startswith(("http://", "https://")):
         fetch_url(url, dest, entry.sha256)
     else:
-        raise ForkError(f"unsupported ops remote {remote!r} (use file://, http(s):// or oci://)")
+        raise ConfigError(f"unsupported ops remote {remote!r} (use file://, http(s):// or oci://)")
 
 
 def get(key: str, root: Path = REPO_ROOT, log=log_info) -> tuple[Entry, Path] | None:
@@ -215,7 +215,7 @@ def get(key: str, root: Path = REPO_ROOT, log=log_info) -> tuple[Entry, Path] | 
         except (ForkError, OSError) as exc:
             errors.append(f"{remote}: {exc}")
     detail = "".join(f"\n  {e}" for e in errors) or "\n  (no remotes configured)"
-    raise ForkError(
+    raise DownloadError(
         f"the ops artifact for key {key[:16]} ({entry.file}) is in the index but not in "
         f"{ops_dir()} and no remote served a good copy:{detail}\n"
         "Run `invoke ops.seed` (for the pinned release), add a remote to ops-cache/index.json "

@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import ConfigError
 from vllm_fork.core.paths import REPO_ROOT
 
 INPUTS_FILE = Path("ops-cache") / "compiled-inputs.txt"
@@ -58,10 +58,10 @@ def parse_inputs(text: str) -> list[Input]:
         if spec.endswith("]") and ":[" in spec:
             path, _, table = spec[:-1].partition(":[")
         if path.startswith("/") or ".." in Path(path).parts or " " in path:
-            raise ForkError(f"{INPUTS_FILE}:{number}: {spec!r} must be a plain relative path")
+            raise ConfigError(f"{INPUTS_FILE}:{number}: {spec!r} must be a plain relative path")
         entries.append(Input(path, table, why.strip()))
     if not entries:
-        raise ForkError(f"{INPUTS_FILE} lists no compiled inputs")
+        raise ConfigError(f"{INPUTS_FILE} lists no compiled inputs")
     return entries
 
 
@@ -69,7 +69,7 @@ def load_inputs(root: Path = REPO_ROOT) -> list[Input]:
     try:
         return parse_inputs((root / INPUTS_FILE).read_text())
     except FileNotFoundError:
-        raise ForkError(f"{root / INPUTS_FILE} is missing: it lists what the ops key covers") from None
+        raise ConfigError(f"{root / INPUTS_FILE} is missing: it lists what the ops key covers") from None
 
 
 def load_params(root: Path = REPO_ROOT, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -79,10 +79,10 @@ def load_params(root: Path = REPO_ROOT, environ: dict[str, str] | None = None) -
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise ForkError(f"{path} is missing: it holds the build parameters of the ops key") from None
+        raise ConfigError(f"{path} is missing: it holds the build parameters of the ops key") from None
     missing = [n for n in PARAM_NAMES if n not in data]
     if missing:
-        raise ForkError(f"{path} lacks {', '.join(missing)}")
+        raise ConfigError(f"{path} lacks {', '.join(missing)}")
     params = {n: str(data[n]) for n in PARAM_NAMES}
     if environ.get("TORCH_CUDA_ARCH_LIST"):
         params["cuda_arch_list"] = environ["TORCH_CUDA_ARCH_LIST"]
@@ -94,12 +94,12 @@ def _load_toml(root: Path, name: Path, what: str, keys: tuple[str, ...]) -> dict
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise ForkError(f"{path} is missing: it lists {what}") from None
+        raise ConfigError(f"{path} is missing: it lists {what}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ForkError(f"{path} is not valid TOML: {exc}") from None
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
     missing = [k for k in keys if k not in data]
     if missing:
-        raise ForkError(f"{path} lacks {', '.join(missing)}")
+        raise ConfigError(f"{path} lacks {', '.join(missing)}")
     return data
 
 
@@ -132,7 +132,7 @@ def load_packaging(root: Path = REPO_ROOT) -> Packaging:
     packaging = Packaging(*(tuple(data[k]) for k in keys))
     stray = [r for r in packaging.requirements if r not in packaging.metadata_inputs]
     if stray:
-        raise ForkError(f"{root / PACKAGING_FILE}: requirements {stray} must also be in metadata_inputs")
+        raise ConfigError(f"{root / PACKAGING_FILE}: requirements {stray} must also be in metadata_inputs")
     return packaging
 
 
@@ -166,4 +166,4 @@ def load_precompiled_members(root: Path = REPO_ROOT) -> PrecompiledMembers:
             frozenset(data["source_controlled"]),
         )
     except re.error as exc:
-        raise ForkError(f"{root / MEMBERS_FILE}: a pattern is not a valid regular expression: {exc}") from None
+        raise ConfigError(f"{root / MEMBERS_FILE}: a pattern is not a valid regular expression: {exc}") from None

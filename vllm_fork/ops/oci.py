@@ -26,7 +26,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import ConfigError, DownloadError, ForkError
 from vllm_fork.upstream.download import fetch_url
 
 SCHEMES = ("oci://", "oci+http://", "oci+https://")
@@ -61,11 +61,11 @@ class Registry:
         host, _, repository = rest.partition("/")
         repository = repository.strip("/")
         if scheme not in ("oci", "oci+http", "oci+https") or not host or not repository:
-            raise ForkError(f"bad OCI remote {remote!r}: use oci://<registry host[:port]>/<repository>")
+            raise ConfigError(f"bad OCI remote {remote!r}: use oci://<registry host[:port]>/<repository>")
         if not re.fullmatch(
             r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*", repository
         ):
-            raise ForkError(f"bad OCI repository name {repository!r} in {remote!r} (lowercase, digits, . _ - /)")
+            raise ConfigError(f"bad OCI repository name {repository!r} in {remote!r} (lowercase, digits, . _ - /)")
         return cls(f"{'http' if insecure else 'https'}://{host}", repository, remote)
 
     def url(self, path: str) -> str:
@@ -113,7 +113,7 @@ class Registry:
             with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
                 body = json.loads(resp.read())
         except (urllib.error.URLError, ValueError) as exc:
-            raise ForkError(f"{self.remote}: could not get a token from {realm}: {exc}") from None
+            raise DownloadError(f"{self.remote}: could not get a token from {realm}: {exc}") from None
         token = body.get("token") or body.get("access_token")
         if not token:
             raise ForkError(f"{self.remote}: the token service {realm} returned no token")
@@ -139,9 +139,9 @@ class Registry:
         try:
             present = self.has_blob(digest)
         except urllib.error.URLError as exc:
-            raise ForkError(f"{self.remote}: {exc}") from None
+            raise DownloadError(f"{self.remote}: {exc}") from None
         if not present:
-            raise ForkError(f"{self.remote} has no blob {digest}")
+            raise DownloadError(f"{self.remote} has no blob {digest}")
         # The token (if any) is known now; fetch_url streams, verifies sha256 and renames.
         return fetch_url(self._request("GET", self.url(f"blobs/{digest}")), dest, sha256, timeout=TIMEOUT)
 
@@ -206,7 +206,7 @@ def fetch(remote: str, filename: str, sha256: str, dest: Path) -> Path:
     try:
         return Registry.parse(remote).fetch_blob(sha256, dest)
     except urllib.error.HTTPError as exc:
-        raise ForkError(f"{remote}: fetching {filename} answered HTTP {exc.code} {exc.reason}") from None
+        raise DownloadError(f"{remote}: fetching {filename} answered HTTP {exc.code} {exc.reason}") from None
 
 
 def push(remote: str, key: str, artifact: Path, sha256: str) -> str:
@@ -222,6 +222,6 @@ def push(remote: str, key: str, artifact: Path, sha256: str) -> str:
             f"({exc.url}); check the registry allows pushes to {registry.repository}"
         ) from None
     except urllib.error.URLError as exc:
-        raise ForkError(f"{remote}: {exc.reason}") from None
+        raise DownloadError(f"{remote}: {exc.reason}") from None
     host = registry.base.split("://", 1)[1]
     return f"{host}/{registry.repository}:{key}"

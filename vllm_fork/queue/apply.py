@@ -58,6 +58,8 @@ class PatchFailure:
 
 
 class PatchConflict(ForkError):
+    """A patch of the series does not apply: names the patch, the files and hunks, and the next steps."""
+
     def __init__(self, failure: PatchFailure, tree: Path, three_way: bool, upstream_name: str):
         self.failure = failure
         lines = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import ConfigError
 
 SERIES = "series"
 
@@ -47,7 +47,7 @@ def read_series(patches_dir: Path) -> list[Path]:
     """The patch files in series order; ForkError listing every problem if they disagree."""
     problems = series_problems(patches_dir)
     if problems:
-        raise ForkError(
+        raise ConfigError(
             "patches/series and the patch files disagree:\n"
             + "\n".join(f"  - {p}" for p in problems)
             + "\nFix the series (one file name per line) or run `invoke export` from build/vllm."

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from vllm_fork.core import log
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import DownloadError, ForkError, IntegrityError
 from vllm_fork.core.fs import rename_into_place, sha256_file
 from vllm_fork.core.paths import cache_subdir
 from vllm_fork.upstream.pkgindex import find_file
@@ -48,7 +48,7 @@ def fetch_url(url: str | urllib.request.Request, dest: Path, sha256: str, timeou
                     progress.advance(len(chunk))
             got = digest.hexdigest()
             if got != sha256:
-                raise ForkError(
+                raise IntegrityError(
                     f"sha256 mismatch downloading {dest.name} from {url}:\n"
                     f"  expected {sha256}\n  got      {got}\n"
                     "The partial download was deleted. If the pin is wrong, fix upstream.toml; "
@@ -67,7 +67,7 @@ def fetch_url(url: str | urllib.request.Request, dest: Path, sha256: str, timeou
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-    raise ForkError(
+    raise DownloadError(
         f"could not download {dest.name} from {url} after {RETRIES} attempts: {last}\n"
         "Check the network and `pip config list`, or place the file at "
         f"{dest} (it is verified against sha256 {sha256})."
@@ -89,7 +89,7 @@ def fetch(project: str, filename: str, sha256: str) -> Path:
         dest.unlink()
     entry = find_file(project, filename)
     if entry.sha256 and entry.sha256 != sha256:
-        raise ForkError(
+        raise IntegrityError(
             f"the package index lists {filename} with sha256 {entry.sha256}, "
             f"but the pin expects {sha256}. Nothing was downloaded."
         )

@@ -6,7 +6,7 @@ import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import ConfigError
 from vllm_fork.core.fs import write_atomic
 from vllm_fork.core.paths import REPO_ROOT
 
@@ -41,9 +41,9 @@ def load_pin(root: Path = REPO_ROOT) -> Pin:
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise ForkError(f"no pin: {path} is missing") from None
+        raise ConfigError(f"no pin: {path} is missing") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ForkError(f"{path} is not valid TOML: {exc}") from None
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
     try:
         pin = Pin(
             version=data["version"],
@@ -55,9 +55,9 @@ def load_pin(root: Path = REPO_ROOT) -> Pin:
             wheel=Artifact(**data["wheel"]),
         )
     except (KeyError, TypeError) as exc:
-        raise ForkError(f"{path} lacks a required field: {exc}") from None
+        raise ConfigError(f"{path} lacks a required field: {exc}") from None
     if pin.source not in SOURCES:
-        raise ForkError(f"{path}: source must be one of {SOURCES}, not {pin.source!r}")
+        raise ConfigError(f"{path}: source must be one of {SOURCES}, not {pin.source!r}")
     return pin
 
 

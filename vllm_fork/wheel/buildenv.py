@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import BuildError
 from vllm_fork.core.log import info as log_info
 from vllm_fork.core.paths import cache_dir
 
@@ -167,7 +167,7 @@ def ensure_build_env(
                 text=True,
             )
             if proc.returncode != 0:
-                raise ForkError(
+                raise BuildError(
                     "installing vLLM's build requirements into the build env failed:\n"
                     f"{(proc.stdout or '')[-3000:]}\n"
                     "Check `pip config list` (the index must serve these packages); "

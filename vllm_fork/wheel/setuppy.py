@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vllm_fork.core import log
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import BuildError
 from vllm_fork.wheel.buildenv import BuildEnv
 
 # Inherited settings that would change what vLLM's setup.py does; the build sets its own.
@@ -89,7 +89,7 @@ def run_setup(
             progress.feed(line)
     if proc.wait() != 0:
         tail = "\n".join(lines[-40:])
-        raise ForkError(
+        raise BuildError(
             f"{what} failed (exit {proc.returncode}) in {cwd}:\n{tail}\n"
             "The cache and dist/ were not changed. The full log is above; "
             "run with the same tree again after fixing the cause."
