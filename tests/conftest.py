@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from forkrepo import ForkRepo, make_upstream_repo
+from support.forkrepo import ForkRepo, make_upstream_repo
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import zipfile
 from collections import Counter
 
 import pytest
-from buildtrees import fork_root
-from forkrepo import sh
+from support.buildtrees import fork_root
+from support.forkrepo import sh
 
 from vllm_fork.core.paths import default_tree
 from vllm_fork.ops.seed import official_wheel

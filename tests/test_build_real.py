@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from buildtrees import fork_root
+from support.buildtrees import fork_root
 
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.ops import cache as opscache

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.core.paths import REPO_ROOT
-from vllm_fork.image.plan import dockerfile_args, logical_lines
+from vllm_fork.image.dockerfile import dockerfile_args, logical_lines
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 

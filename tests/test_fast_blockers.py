@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from buildtrees import commit, make_tree
+from support.buildtrees import commit, make_tree
 
 from vllm_fork.wheel.fast import blockers
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.core.paths import REPO_ROOT
-from vllm_fork.image.plan import logical_lines
+from vllm_fork.image.dockerfile import logical_lines
 
 pytestmark = pytest.mark.slow  # makes venvs and runs pip
 

@@ -6,8 +6,8 @@ import hashlib
 import json
 
 import pytest
-from buildtrees import fork_root
-from ociregistry import registry
+from support.buildtrees import fork_root
+from support.ociregistry import registry
 from test_opscache import KEY, make_artifact
 
 from vllm_fork.core.errors import ForkError

@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from buildtrees import fork_root
+from support.buildtrees import fork_root
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.ops import cache as opscache

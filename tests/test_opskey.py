@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from buildtrees import commit, fork_root, make_tree
+from support.buildtrees import commit, fork_root, make_tree
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.ops.inputs import load_params, parse_inputs

@@ -7,7 +7,7 @@ import multiprocessing
 import zipfile
 from pathlib import Path
 
-from buildtrees import VLLM_LIKE, make_tree
+from support.buildtrees import VLLM_LIKE, make_tree
 
 from vllm_fork.core.fs import sha256_file, sha256_fp
 from vllm_fork.wheel import pylayer

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from forkrepo import TAG, sh
+from support.forkrepo import TAG, sh
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.queue import apply as queue

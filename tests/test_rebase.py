@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from rebase_world import BASE_FILES, config_py, file_index, make_world, sdist_bytes, sh, two_patch_world
+from support.rebase_world import BASE_FILES, config_py, file_index, make_world, sdist_bytes, sh, two_patch_world
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.queue import check as check_mod

@@ -9,8 +9,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from forkrepo import TAG, sh
-from httpserver import serve
+from support.forkrepo import TAG, sh
+from support.httpserver import serve
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.queue import apply as queue

@@ -10,6 +10,7 @@ from invoke import task
 from vllm_fork.cli.exit import user_errors
 from vllm_fork.core.errors import ForkError
 from vllm_fork.image import plan as img
+from vllm_fork.image.dockerfile import render
 
 
 @task(
@@ -45,7 +46,7 @@ def docker(
                 raise ForkError("--wheel and --wheel-from build|compile exclude each other")
             cmd, out = img.plan_wheel(source=wheel_from, platform=platform)
             if dry_run:
-                print(img.render(cmd))
+                print(render(cmd))
                 print(f"# then: invoke docker --wheel {out}/dist/<the wheel it wrote>" + _rest(tag, push, platform))
                 return
             img.require_buildx()
@@ -66,7 +67,7 @@ def docker(
             print(note, file=sys.stderr)
         if dry_run:
             for cmd in plan.commands:
-                print(img.render(cmd))
+                print(render(cmd))
             return
         img.require_buildx()
         for cmd in plan.commands:

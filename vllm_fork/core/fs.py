@@ -93,3 +93,11 @@ def b64_digest(digest: bytes) -> str:
 def b64_sha256(data: bytes) -> str:
     """The urlsafe-base64 sha256 of `data`, as in a wheel's RECORD (without the `sha256=`)."""
     return b64_digest(hashlib.sha256(data).digest())
+
+
+def link_or_copy(src: Path, dest: Path) -> None:
+    """Hard-link `src` to `dest` (same file system), else copy it."""
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copy2(src, dest)

@@ -16,7 +16,7 @@ from pathlib import Path
 from vllm_fork.core import log
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import copy_atomic, sha256_file
-from vllm_fork.image.plan import load_wheel, strip_userinfo
+from vllm_fork.image.wheel import load_wheel, strip_userinfo
 
 
 def seed_cache(seed: Path, cache: Path) -> list[Path]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import FIXED_EMAIL, git, out
-from vllm_fork.image.plan import retarget_base
+from vllm_fork.image.dockerfile import retarget_base
 from vllm_fork.ops.changes import changed_compiled_inputs
 from vllm_fork.queue import check as check_mod
 from vllm_fork.queue.apply import export

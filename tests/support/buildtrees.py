@@ -5,8 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from forkrepo import sh, write_files
-
+from support.forkrepo import sh, write_files
 from vllm_fork.core.paths import REPO_ROOT
 
 VLLM_LIKE = {

@@ -9,8 +9,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkrepo import ZERO, sh, write_files
-
+from support.forkrepo import ZERO, sh, write_files
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.queue import apply as queue
 from vllm_fork.upstream.pin import Artifact, Pin, save_pin
