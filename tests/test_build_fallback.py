@@ -18,6 +18,7 @@ from support.forkrepo import sh
 from vllm_fork.core.paths import default_tree
 from vllm_fork.ops.seed import official_wheel
 from vllm_fork.queue import apply as queue
+from vllm_fork.queue.export import export as export_queue
 from vllm_fork.upstream.pin import load_pin
 from vllm_fork.wheel import provenance
 from vllm_fork.wheel.build import build
@@ -46,7 +47,7 @@ def test_a_requirements_patch_falls_back_to_the_precompiled_route(tmp_path, capf
         "-qam",
         "[Deps] Require xxhash",
     )
-    names = queue.export(tree, root)
+    names = export_queue(tree, root)
     assert names[:-1] == real_series and names[-1].startswith(f"{len(real_series) + 1:04d}-")
     capfd.readouterr()
 

@@ -11,6 +11,7 @@ import pytest
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.queue import apply as queue
 from vllm_fork.queue import check as check_mod
+from vllm_fork.queue.export import export as export_queue
 from vllm_fork.upstream.download import fetch
 from vllm_fork.upstream.pin import load_pin
 from vllm_fork.upstream.sources import ensure_upstream
@@ -68,6 +69,6 @@ def test_real_series_applies_checks_and_round_trips(fork_copy):
     assert "default=16" in (tree / "vllm" / "config" / "multimodal.py").read_text()
     before = {p.name: p.read_bytes() for p in (fork_copy / "patches").iterdir()}
     assert queue.apply(fork_copy) == head
-    queue.export(tree=tree, root=fork_copy)
+    export_queue(tree=tree, root=fork_copy)
     assert {p.name: p.read_bytes() for p in (fork_copy / "patches").iterdir()} == before
     assert check_mod.check(fork_copy) == []

@@ -12,6 +12,7 @@ from pathlib import Path
 from support.forkrepo import ZERO, sh, write_files
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.queue import apply as queue
+from vllm_fork.queue.export import export as export_queue
 from vllm_fork.upstream.pin import Artifact, Pin, save_pin
 
 
@@ -60,7 +61,7 @@ class World:
         assert old in text, (old, path)
         target.write_text(text.replace(old, new, 1))
         sh(self.tree, "git", "commit", "-qam", f"{subject}\n\n{why}\n")
-        queue.export(self.tree, self.root)
+        export_queue(self.tree, self.root)
         sh(self.root, "git", "add", "-A")
         sh(self.root, "git", "commit", "-qm", f"patch: {subject}")
 

@@ -9,6 +9,7 @@ from invoke import Exit, Task, task
 from vllm_fork.cli.exit import run_or_exit as _run
 from vllm_fork.queue import apply as queue
 from vllm_fork.queue import check as check_mod
+from vllm_fork.queue.export import export as export_queue
 from vllm_fork.queue.status import status_report
 
 
@@ -50,7 +51,7 @@ def apply(c, source=None, remote=None, force=False, three_way=False, abort=False
 @task
 def export(c):
     """Write the commits above upstream in build/vllm back to patches/ and the series."""
-    names = _run(queue.export)
+    names = _run(export_queue)
     print(f"exported {len(names)} patch(es) to patches/")
     for name in names:
         print(f"  {name}")

@@ -1,10 +1,10 @@
-"""The patched tree: pinned upstream + the series through `git am`, and back out.
+"""The patched tree: pinned upstream + the series through `git am` (apply, continue, abort).
 
 `apply` makes `build/vllm`, a git repository whose ref ``refs/fork/upstream``
 (and the release tag) is the upstream commit and whose branch ``patched`` holds
 one commit per patch. Every commit carries the patch's author and date and a
 fixed committer identity and date, so HEAD is the same on every machine.
-`export` turns those commits back into ``patches/`` byte for byte.
+`queue.export` turns those commits back into ``patches/`` byte for byte.
 """
 
 from __future__ import annotations
@@ -19,31 +19,16 @@ from vllm_fork.core.git import dirty_paths, git, operation_in_progress, out, rev
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.core.paths import patches_dir as default_patches_dir
 from vllm_fork.queue.patchfile import hunk_patch, parse_patch
-
-__all__ = ["apply", "abort", "continue_am", "export", "format_patches", "prepare_tree", "default_tree"]
-from vllm_fork.queue.series import SERIES, read_series
+from vllm_fork.queue.series import read_series
 from vllm_fork.upstream.pin import Pin, load_pin
 from vllm_fork.upstream.sources import Upstream, ensure_upstream
+
+__all__ = ["apply", "abort", "continue_am", "prepare_tree", "default_tree"]
 
 UPSTREAM_REF = "refs/fork/upstream"
 BRANCH = "patched"
 #: Recorded after a successful apply: HEAD moving away from it means unexported commits.
 APPLIED_MARK = "vllm-fork-applied"
-
-#: `git format-patch` flags that keep exported patches free of churn (after Electron):
-#: no commit ids, no version signature, no diffstat, no [PATCH n/m] numbering, and
-#: full blob ids so `git am --3way` can always find the preimage.
-EXPORT_FLAGS = (
-    "--zero-commit",
-    "--no-signature",
-    "--no-stat",
-    "--no-numbered",
-    "--full-index",
-    "--no-encode-email-headers",
-    "--find-renames",
-    "--subject-prefix=PATCH",
-    "--filename-max-length=100",
-)
 
 
 @dataclass
@@ -205,7 +190,8 @@ def conflicts_at(tree: Path, commit: str, patch: Path) -> dict[str, list[str]]:
         return conflicts
 
 
-def _mark_applied(tree: Path) -> str:
+def mark_applied(tree: Path) -> str:
+    """Record HEAD as applied and exported: moving away from it means unexported commits."""
     head = out(tree, "rev-parse", "HEAD")
     (_gitdir(tree) / APPLIED_MARK).write_text(head + "\n")
     return head
@@ -233,7 +219,7 @@ def apply(
     failure = am(tree, patches, three_way)
     if failure:
         raise PatchConflict(failure, tree, three_way, pin.tag)
-    return _mark_applied(tree)
+    return mark_applied(tree)
 
 
 def continue_am(tree: Path) -> str:
@@ -246,7 +232,7 @@ def continue_am(tree: Path) -> str:
             f"`git am --continue` in {tree} stopped again:\n{(proc.stdout + proc.stderr).strip()}\n"
             "Resolve, `git add`, and continue again; or `invoke apply --abort`."
         )
-    return _mark_applied(tree)
+    return mark_applied(tree)
 
 
 def abort(tree: Path | None = None, root: Path = REPO_ROOT) -> None:
@@ -255,44 +241,4 @@ def abort(tree: Path | None = None, root: Path = REPO_ROOT) -> None:
     if not (tree / ".git").exists() or operation_in_progress(tree) != "am":
         raise ForkError(f"no stopped `git am` in {tree}: nothing to abort")
     git(tree, "am", "--abort")
-    _mark_applied(tree)
-
-
-def format_patches(tree: Path, dest: Path) -> list[str]:
-    """Write the commits above upstream into `dest` as patch files; return names in order."""
-    if operation_in_progress(tree):
-        raise ForkError(
-            f"a `git am` is stopped in {tree}: finish it (`git am --continue`) or "
-            "`invoke apply --abort` before exporting"
-        )
-    if rev(tree, UPSTREAM_REF) is None:
-        raise ForkError(f"{tree} has no {UPSTREAM_REF}: make it with `invoke apply` first")
-    merges = out(tree, "rev-list", "--merges", f"{UPSTREAM_REF}..HEAD")
-    if merges:
-        raise ForkError(f"{tree} has merge commits above upstream; a patch queue must be linear")
-    proc = git(tree, "format-patch", *EXPORT_FLAGS, "-o", str(dest), f"{UPSTREAM_REF}..HEAD")
-    return [Path(line).name for line in proc.stdout.splitlines() if line.strip()]
-
-
-def export(tree: Path | None = None, root: Path = REPO_ROOT) -> list[str]:
-    """Regenerate patches/ and its series from the tree; only changed files are written."""
-    tree = tree or default_tree(root)
-    pdir = default_patches_dir(root)
-    pdir.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=pdir.parent, prefix=".export-") as tmp:
-        names = format_patches(tree, Path(tmp))
-        for name in names:
-            new = (Path(tmp) / name).read_bytes()
-            target = pdir / name
-            if not target.exists() or target.read_bytes() != new:
-                os.replace(Path(tmp) / name, target)
-        series = "".join(f"{n}\n" for n in names).encode()
-        series_path = pdir / SERIES
-        if not series_path.exists() or series_path.read_bytes() != series:
-            (Path(tmp) / SERIES).write_bytes(series)
-            os.replace(Path(tmp) / SERIES, series_path)
-    for stale in pdir.glob("*.patch"):
-        if stale.name not in names:
-            stale.unlink()
-    _mark_applied(tree)
-    return names
+    mark_applied(tree)

@@ -9,7 +9,8 @@ from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import git, operation_in_progress, out
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.core.paths import patches_dir as default_patches_dir
-from vllm_fork.queue.apply import conflicts_at, format_patches, prepare_tree
+from vllm_fork.queue.apply import conflicts_at, prepare_tree
+from vllm_fork.queue.export import format_patches
 from vllm_fork.queue.patchfile import parse_patch
 from vllm_fork.queue.series import series_entries, series_problems
 from vllm_fork.upstream.pin import Pin, load_pin

@@ -19,7 +19,7 @@ from vllm_fork.core.git import FIXED_EMAIL, git, out
 from vllm_fork.image.dockerfile import retarget_base
 from vllm_fork.ops.changes import changed_compiled_inputs
 from vllm_fork.queue import check as check_mod
-from vllm_fork.queue.apply import export
+from vllm_fork.queue.export import export
 from vllm_fork.rebase.classify import DROPPED, SKIPPED
 from vllm_fork.rebase.report import success_report
 from vllm_fork.rebase.state import (
