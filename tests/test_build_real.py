@@ -18,6 +18,7 @@ import pytest
 from support.buildtrees import fork_root
 
 from vllm_fork.core.paths import REPO_ROOT, default_tree
+from vllm_fork.core.zipraw import copy_raw
 from vllm_fork.ops import cache as opscache
 from vllm_fork.ops.key import compute_key, patches_touching_inputs
 from vllm_fork.ops.seed import is_precompiled_member, official_wheel
@@ -26,7 +27,6 @@ from vllm_fork.upstream.pin import load_pin
 from vllm_fork.wheel import provenance
 from vllm_fork.wheel.build import build, seed_cache
 from vllm_fork.wheel.verify import verify
-from vllm_fork.wheel.zipraw import copy_raw
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,8 @@ import io
 import os
 import zipfile
 
+from vllm_fork.core.zipraw import copy_raw
 from vllm_fork.wheel.writer import walk_key
-from vllm_fork.wheel.zipraw import copy_raw
 
 
 def test_raw_copy_keeps_every_byte_and_mode(tmp_path):

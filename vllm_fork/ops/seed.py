@@ -20,10 +20,10 @@ from pathlib import Path
 
 from vllm_fork.core.fs import sha256_file
 from vllm_fork.core.log import info as log_info
+from vllm_fork.core.zipraw import copy_raw
 from vllm_fork.ops.inputs import load_precompiled_members
 from vllm_fork.upstream.download import fetch
 from vllm_fork.upstream.pin import Pin
-from vllm_fork.wheel.zipraw import copy_raw
 
 
 def is_precompiled_member(name: str) -> bool:

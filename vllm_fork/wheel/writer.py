@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from vllm_fork.core.fs import b64_sha256
-from vllm_fork.wheel.zipraw import copy_raw
+from vllm_fork.core.zipraw import copy_raw
 
 # A fixed timestamp: member bytes, not times, identify a wheel's contents.
 DATE_TIME = (1980, 1, 1, 0, 0, 0)
