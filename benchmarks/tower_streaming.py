@@ -123,12 +123,24 @@ def time_ms(fn: Callable[[], object], warmup: int, iters: int) -> list[float]:
     return times
 
 
-def param_bytes_on_gpu(module: torch.nn.Module) -> int:
-    """Bytes of parameters stored in GPU memory (UVA views live on the host)."""
+def param_bytes_on_gpu(module: torch.nn.Module, offloader: object = None) -> int:
+    """Bytes of parameters stored in GPU memory.
+
+    UVA views live on the host: the UVA offloader flags them, and a streamed
+    tower's parameters rest on views of its pinned arena.
+    """
+    streamer = getattr(offloader, "tower_streamer", None)
+    arenas = [t.arena.device_view for t in streamer.towers] if streamer else []
+
+    def on_host(p: torch.Tensor) -> bool:
+        return getattr(p, "_vllm_is_uva_offloaded", False) or any(
+            a.data_ptr() <= p.data_ptr() < a.data_ptr() + a.numel() for a in arenas
+        )
+
     return sum(
         p.numel() * p.element_size()
         for p in module.parameters()
-        if p.is_cuda and not getattr(p, "_vllm_is_uva_offloaded", False)
+        if p.is_cuda and not on_host(p)
     )
 
 
@@ -174,7 +186,7 @@ def measure(
         "min_ms": min(times),
         "max_ms": max(times),
         "times_ms": [round(t, 3) for t in times],
-        "param_bytes_on_gpu_between_encodes": param_bytes_on_gpu(tower),
+        "param_bytes_on_gpu_between_encodes": param_bytes_on_gpu(tower, keep),
         "gpu_allocated_between_encodes_mib": between / MiB,
         "gpu_peak_during_encode_mib": peak / MiB,
         "encode_extra_over_between_mib": peak_over_between / MiB,
