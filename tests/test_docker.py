@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork import docker as img
-from vllm_fork import docker_stage
-from vllm_fork.errors import ForkError
-from vllm_fork.gitutil import git
-from vllm_fork.paths import REPO_ROOT
+from vllm_fork.core.errors import ForkError
+from vllm_fork.core.git import git
+from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.image import plan as img
+from vllm_fork.image import stage as docker_stage
 
 VERSION = "0.33.0+fork.abc123"
 WHEEL = f"vllm-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
@@ -57,7 +57,11 @@ def make_record(wheel: Path, patches: dict[str, bytes], **extra) -> dict:
         },
         "ops": {
             "key": "f" * 64,
-            "artifact": {"filename": "ops-ffff.zip", "sha256": "e" * 64, "remote": "https://user:s3cret@cache.example/ops"},
+            "artifact": {
+                "filename": "ops-ffff.zip",
+                "sha256": "e" * 64,
+                "remote": "https://user:s3cret@cache.example/ops",
+            },
         },
         "route": "fast",
         "hit": True,
@@ -141,8 +145,11 @@ def test_record_credentials_never_reach_the_context(repo):
 def test_tags_push_platform_and_digest(repo):
     digest = "sha256:" + "a" * 64
     (cmd,) = img.plan_image(
-        root=repo, tags=["reg.example/vllm:prod", "reg.example/vllm:1"], push=True,
-        platform="linux/amd64", base_digest=digest,
+        root=repo,
+        tags=["reg.example/vllm:prod", "reg.example/vllm:1"],
+        push=True,
+        platform="linux/amd64",
+        base_digest=digest,
     ).commands
     assert arg(cmd, "--tag") == ["reg.example/vllm:prod", "reg.example/vllm:1"]
     assert "--push" in cmd and "--load" not in cmd
@@ -193,9 +200,7 @@ def test_newest_wheel_for_the_pin_is_chosen(repo):
 
 
 def run_invoke(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "docker", *args], cwd=repo, capture_output=True, text=True
-    )
+    return subprocess.run([sys.executable, "-m", "invoke", "docker", *args], cwd=repo, capture_output=True, text=True)
 
 
 def test_invoke_docker_dry_run_prints_the_exact_command(repo):
@@ -240,7 +245,10 @@ def test_wheel_from_build_plans_the_wheel_stage(repo, tmp_path, monkeypatch):
     # The same through invoke: the wheel stage's command, then how to finish.
     proc = subprocess.run(
         [sys.executable, "-m", "invoke", "docker", "--dry-run", "--wheel-from", "compile"],
-        cwd=repo, capture_output=True, text=True, env={**os.environ},
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ},
     )
     assert proc.returncode == 0, proc.stderr
     first, then = proc.stdout.splitlines()
@@ -259,7 +267,7 @@ def test_seed_cache_adds_only_what_is_missing(tmp_path):
     assert added == [Path("downloads/b")]
     assert (cache / "downloads" / "a").read_bytes() == b"cached-a"
     assert (cache / "downloads" / "b").read_bytes() == b"seed-b"
-    assert not [p for p in cache.rglob(".*")]  # no temp files left
+    assert not list(cache.rglob(".*"))  # no temp files left
 
 
 def test_collect_and_export_ops_inside_the_stage(tmp_path):
@@ -274,7 +282,10 @@ def test_collect_and_export_ops_inside_the_stage(tmp_path):
     (dist / (WHEEL + ".provenance.json")).write_text(json.dumps(record))
     assert docker_stage.main(["collect", str(dist), str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [WHEEL, WHEEL + ".provenance.json"]
-    assert docker_stage.main(["export-ops", str(out / (WHEEL + ".provenance.json")), str(cache), str(tmp_path / "ops")]) == 0
+    assert (
+        docker_stage.main(["export-ops", str(out / (WHEEL + ".provenance.json")), str(cache), str(tmp_path / "ops")])
+        == 0
+    )
     assert (tmp_path / "ops" / "ops" / "ff" / "ops-ffff.zip").read_bytes() == b"compiled"
     make_wheel(dist, "0.33.0+fork.other")
     assert docker_stage.main(["collect", str(dist), str(tmp_path / "out2")]) == 1  # two wheels: refuse
