@@ -34,9 +34,19 @@ MiB = 1 << 20
 def probe(checkpoint: Path, mode: str, repeats: int, workdir: Path) -> dict:
     out = workdir / f"{mode}.json"
     subprocess.run(
-        [sys.executable, str(GPU_TESTS / "engine_probe.py"), str(checkpoint),
-         "--mode", mode, "--requests", "0", "--latency-repeats", str(repeats),
-         "--out", str(out)],
+        [
+            sys.executable,
+            str(GPU_TESTS / "engine_probe.py"),
+            str(checkpoint),
+            "--mode",
+            mode,
+            "--requests",
+            "0",
+            "--latency-repeats",
+            str(repeats),
+            "--out",
+            str(out),
+        ],
         check=True,
     )
     return json.loads(out.read_text())
@@ -74,14 +84,11 @@ def summarize(results: dict) -> dict:
             streamed["tower_host_mib"]
             + streamed["caching_allocator_pinned_mib"]
             - resident["caching_allocator_pinned_mib"]
-        ) / tower_mib,
-        "rss_growth_over_tower": (
-            streamed["rss_after_load_mib"] - resident["rss_after_load_mib"]
-        ) / tower_mib,
-        "first_token_streamed_over_resident": streamed["first_token_ms"]
-        / resident["first_token_ms"],
-        "total_streamed_over_resident": streamed["total_16_tokens_ms"]
-        / resident["total_16_tokens_ms"],
+        )
+        / tower_mib,
+        "rss_growth_over_tower": (streamed["rss_after_load_mib"] - resident["rss_after_load_mib"]) / tower_mib,
+        "first_token_streamed_over_resident": streamed["first_token_ms"] / resident["first_token_ms"],
+        "total_streamed_over_resident": streamed["total_16_tokens_ms"] / resident["total_16_tokens_ms"],
     }
 
 
@@ -128,7 +135,6 @@ def main() -> None:
     parser.add_argument("--command", help="the command to record (default: argv)")
     args = parser.parse_args()
     import torch
-
     from vlm_checkpoint import make_qwen3_vl_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -55,13 +55,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--families",
         default="",
-        help="comma-separated family names (default: all): "
-        + ",".join(f.name for f in tf.FAMILIES),
+        help="comma-separated family names (default: all): " + ",".join(f.name for f in tf.FAMILIES),
     )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
-        "--device", default="cuda" if torch.cuda.is_available() else "cpu"
-    )
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     return parser.parse_args()
 
 
@@ -74,13 +71,10 @@ def selected(names: str) -> list[tf.TowerFamily]:
 def run_family(family: tf.TowerFamily, args: argparse.Namespace, dtype) -> dict:
     missing = family.missing()
     if missing:
-        return {"family": family.name, "towers": list(family.towers),
-                "status": "skipped", "reason": missing}
+        return {"family": family.name, "towers": list(family.towers), "status": "skipped", "reason": missing}
     start = time.perf_counter()
     try:
-        row = tf.measure_family(
-            family, args.size, torch.device(args.device), dtype, repeats=args.repeats
-        )
+        row = tf.measure_family(family, args.size, torch.device(args.device), dtype, repeats=args.repeats)
     except Exception as e:  # noqa: BLE001 - one family's failure is a row
         row = {
             "family": family.name,
@@ -107,9 +101,21 @@ def main() -> None:
             print(
                 f"[tower-matrix] {family.name}: {row['status']} "
                 f"({row.get('wall_s')} s) "
-                + str({k: row[k] for k in ("bit_identical", "max_abs_diff",
-                       "streamed_param_bytes_on_device", "resident_encode_s",
-                       "streamed_encode_s", "refusal", "error") if k in row}),
+                + str(
+                    {
+                        k: row[k]
+                        for k in (
+                            "bit_identical",
+                            "max_abs_diff",
+                            "streamed_param_bytes_on_device",
+                            "resident_encode_s",
+                            "streamed_encode_s",
+                            "refusal",
+                            "error",
+                        )
+                        if k in row
+                    }
+                ),
                 flush=True,
             )
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -133,8 +139,7 @@ def main() -> None:
         f"{streams} of {len(rows)} families stream bit-identically; {zero} with "
         "0 tower parameter bytes on the device between encodes.\n",
     )
-    print(f"[tower-matrix] {streams}/{len(rows)} stream bit-identically; "
-          f"results in {args.out_dir}")
+    print(f"[tower-matrix] {streams}/{len(rows)} stream bit-identically; results in {args.out_dir}")
 
 
 def _write(path: Path, text: str) -> None:

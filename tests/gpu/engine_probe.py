@@ -85,14 +85,11 @@ def _peak_rss_bytes() -> int:
 def _worker_figures(worker) -> dict:
     """Read in the worker: weights, KV cache, tower and host memory."""
     import torch
-
     from vllm.model_executor.offloader import get_offloader
 
     model = worker.model_runner.get_model()
     tower = getattr(model, "visual", None)
-    tower_bytes = (
-        sum(p.numel() * p.element_size() for p in tower.parameters()) if tower else 0
-    )
+    tower_bytes = sum(p.numel() * p.element_size() for p in tower.parameters()) if tower else 0
     streamer = getattr(get_offloader(), "tower_streamer", None)
     host_stats = torch.cuda.host_memory_stats()
     return {
@@ -101,15 +98,9 @@ def _worker_figures(worker) -> dict:
         "num_gpu_blocks": worker.cache_config.num_gpu_blocks,
         "tower_param_bytes": tower_bytes,
         "streamer_host_bytes": streamer.host_bytes if streamer else 0,
-        "streamer_pinning": sorted({t.arena.pinning for t in streamer.towers})
-        if streamer
-        else [],
-        "caching_allocator_pinned_bytes": int(
-            host_stats.get("allocated_bytes.current", 0)
-        ),
-        "caching_allocator_pinned_reserved_bytes": int(
-            host_stats.get("reserved_bytes.current", 0)
-        ),
+        "streamer_pinning": sorted({t.arena.pinning for t in streamer.towers}) if streamer else [],
+        "caching_allocator_pinned_bytes": int(host_stats.get("allocated_bytes.current", 0)),
+        "caching_allocator_pinned_reserved_bytes": int(host_stats.get("reserved_bytes.current", 0)),
         "gpu_allocated_bytes": torch.cuda.memory_allocated(),
     }
 

@@ -101,22 +101,26 @@ def vllm_serve(checkpoint: Path, *, options: dict, log: Path, timeout: float = 4
         **options,
     }
     command = [
-        sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(checkpoint),
-        "--host", "127.0.0.1", "--port", str(port), *cli_args(base),
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        str(checkpoint),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *cli_args(base),
     ]
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}
     with open(log, "w") as out:
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = Server(process, port, log)
     try:
         deadline = time.monotonic() + timeout
         while True:
             if process.poll() is not None:
-                raise RuntimeError(
-                    f"vllm serve exited {process.returncode}:\n{server.log_tail()}"
-                )
+                raise RuntimeError(f"vllm serve exited {process.returncode}:\n{server.log_tail()}")
             try:
                 if server.get("/health")[0] == 200:
                     break

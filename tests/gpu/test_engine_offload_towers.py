@@ -40,18 +40,23 @@ def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600) -> d
     out = checkpoint.parent / f"probe-{mode}-{'-'.join(extra) or 'eager'}.json"
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}
     proc = subprocess.run(
-        [sys.executable, str(HERE / "engine_probe.py"), str(checkpoint), "--mode", mode,
-         "--out", str(out), *extra],
-        env=env, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, str(HERE / "engine_probe.py"), str(checkpoint), "--mode", mode, "--out", str(out), *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
         pytest.fail(f"engine_probe {mode} {extra} exited {proc.returncode}:\n{log[-6000:]}")
     result = json.loads(out.read_text())
     result["log_lines"] = [
-        line for line in log.splitlines()
-        if any(key in line for key in ("Model loading took", "Available KV cache",
-                                       "Streaming tower", "KV cache size", "WARNING"))
+        line
+        for line in log.splitlines()
+        if any(
+            key in line
+            for key in ("Model loading took", "Available KV cache", "Streaming tower", "KV cache size", "WARNING")
+        )
     ]
     return result
 
@@ -84,17 +89,21 @@ def test_weights_on_gpu_shrink_by_the_tower(engines):
     tower = resident["tower_param_bytes"]
     assert tower > 1000 * MiB  # the full-size 8B tower
     saved = resident["weights_bytes"] - streamed["weights_bytes"]
-    print(f"\n[engine] tower {tower / MiB:.1f} MiB; weights on GPU "
-          f"{resident['weights_bytes'] / MiB:.1f} -> {streamed['weights_bytes'] / MiB:.1f} MiB")
+    print(
+        f"\n[engine] tower {tower / MiB:.1f} MiB; weights on GPU "
+        f"{resident['weights_bytes'] / MiB:.1f} -> {streamed['weights_bytes'] / MiB:.1f} MiB"
+    )
     assert saved >= 0.99 * tower
 
 
 def test_kv_cache_grows_by_nearly_the_tower(engines):
     resident, streamed = engines["resident"], engines["streamed"]
     gained = streamed["kv_cache_bytes"] - resident["kv_cache_bytes"]
-    print(f"\n[engine] KV cache {resident['kv_cache_bytes'] / MiB:.1f} -> "
-          f"{streamed['kv_cache_bytes'] / MiB:.1f} MiB (+{gained / MiB:.1f}); blocks "
-          f"{resident['num_gpu_blocks']} -> {streamed['num_gpu_blocks']}")
+    print(
+        f"\n[engine] KV cache {resident['kv_cache_bytes'] / MiB:.1f} -> "
+        f"{streamed['kv_cache_bytes'] / MiB:.1f} MiB (+{gained / MiB:.1f}); blocks "
+        f"{resident['num_gpu_blocks']} -> {streamed['num_gpu_blocks']}"
+    )
     assert gained >= 0.9 * resident["tower_param_bytes"]
     assert streamed["num_gpu_blocks"] > resident["num_gpu_blocks"]
 
@@ -106,12 +115,14 @@ def test_host_memory_is_about_the_tower(engines):
         streamed["caching_allocator_pinned_bytes"] - resident["caching_allocator_pinned_bytes"]
     )
     rss_growth = streamed["rss_after_load_bytes"] - resident["rss_after_load_bytes"]
-    print(f"\n[engine] pinned for the tower {pinned / MiB:.1f} MiB "
-          f"({streamed['streamer_pinning']}); caching-allocator pinned "
-          f"{resident['caching_allocator_pinned_bytes'] / MiB:.1f} -> "
-          f"{streamed['caching_allocator_pinned_bytes'] / MiB:.1f} MiB; RSS after load "
-          f"{resident['rss_after_load_bytes'] / MiB:.0f} -> "
-          f"{streamed['rss_after_load_bytes'] / MiB:.0f} MiB (+{rss_growth / MiB:.0f})")
+    print(
+        f"\n[engine] pinned for the tower {pinned / MiB:.1f} MiB "
+        f"({streamed['streamer_pinning']}); caching-allocator pinned "
+        f"{resident['caching_allocator_pinned_bytes'] / MiB:.1f} -> "
+        f"{streamed['caching_allocator_pinned_bytes'] / MiB:.1f} MiB; RSS after load "
+        f"{resident['rss_after_load_bytes'] / MiB:.0f} -> "
+        f"{streamed['rss_after_load_bytes'] / MiB:.0f} MiB (+{rss_growth / MiB:.0f})"
+    )
     assert pinned <= 1.10 * tower
     assert rss_growth <= 1.25 * tower
 
@@ -123,8 +134,7 @@ def test_no_gpu_memory_growth_over_20_image_requests(engines):
         assert len(allocated) == 20
         settled = allocated[len(allocated) // 4 :]
         ranges[mode] = max(settled) - min(settled)
-        print(f"\n[engine] {mode}: allocated after requests "
-              f"{min(allocated) / MiB:.1f}..{max(allocated) / MiB:.1f} MiB")
+        print(f"\n[engine] {mode}: allocated after requests {min(allocated) / MiB:.1f}..{max(allocated) / MiB:.1f} MiB")
     # Streaming adds nothing that stays: whatever the engine itself keeps
     # (e.g. its encoder cache) is the same resident.
     assert ranges["streamed"] <= max(1 * MiB, ranges["resident"] + 1 * MiB), ranges

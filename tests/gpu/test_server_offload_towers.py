@@ -46,13 +46,15 @@ def checkpoint(tmp_path_factory) -> Path:
 def chat(client, model: str, image_url: str, max_tokens: int = 8):
     return client.chat.completions.create(
         model=model,
-        messages=[{
-            "role": "user",
-            "content": [
-                {"type": "image_url", "image_url": {"url": image_url}},
-                {"type": "text", "text": "Describe the picture in one sentence."},
-            ],
-        }],
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": image_url}},
+                    {"type": "text", "text": "Describe the picture in one sentence."},
+                ],
+            }
+        ],
         max_tokens=max_tokens,
         temperature=0.0,
     )
@@ -91,13 +93,16 @@ def test_serve_streams_towers_for_concurrent_image_chats(checkpoint, tmp_path):
         ]
         assert sum(success) >= len(urls)
         rss = server.rss()
-    record("server_offload_towers.json", {
-        "concurrent_requests": len(urls),
-        "image_tokens": sizes,
-        "prompt_tokens": [r.usage.prompt_tokens for r in replies],
-        "wall_seconds": elapsed,
-        "rss_bytes": rss,
-    })
+    record(
+        "server_offload_towers.json",
+        {
+            "concurrent_requests": len(urls),
+            "image_tokens": sizes,
+            "prompt_tokens": [r.usage.prompt_tokens for r in replies],
+            "wall_seconds": elapsed,
+            "rss_bytes": rss,
+        },
+    )
 
 
 @pytest.mark.parametrize("cache_type", ["lru", "shm"])
@@ -126,8 +131,9 @@ def test_mm_processor_cache_host_memory_per_process(checkpoint, tmp_path, cache_
         for i in range(30):
             chat(client, model, image_data_url(image_of_tokens(4096, seed=i, smooth=True)), 1)
             if i % 5 == 4:
-                samples.append({"images": i + 1, "rss_bytes": server.rss(),
-                                "dev_shm_used": shutil.disk_usage("/dev/shm").used})
+                samples.append(
+                    {"images": i + 1, "rss_bytes": server.rss(), "dev_shm_used": shutil.disk_usage("/dev/shm").used}
+                )
         after = server.rss()
         shm_after = shutil.disk_usage("/dev/shm").used
     growth = {name: after.get(name, 0) - before.get(name, 0) for name in after}
@@ -143,8 +149,10 @@ def test_mm_processor_cache_host_memory_per_process(checkpoint, tmp_path, cache_
         "samples": samples,
     }
     record(f"mm_processor_cache_{cache_type}.json", result)
-    print(f"\n[cache {cache_type}] RSS growth per process (MiB): "
-          + ", ".join(f"{k} {v / MiB:.0f}" for k, v in growth.items())
-          + f"; /dev/shm +{(shm_after - shm_before) / MiB:.0f} MiB")
+    print(
+        f"\n[cache {cache_type}] RSS growth per process (MiB): "
+        + ", ".join(f"{k} {v / MiB:.0f}" for k, v in growth.items())
+        + f"; /dev/shm +{(shm_after - shm_before) / MiB:.0f} MiB"
+    )
     # The cache is bounded: no process grew by much more than the budget.
     assert max(growth.values()) <= cache_gb * GiB * 1.3

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 import tower_families as tf
 
 pytestmark = [

@@ -33,20 +33,20 @@ def vision_config(**overrides: object):
         Qwen3VLVisionConfig,
     )
 
-    params = dict(
-        depth=27,
-        hidden_size=1152,
-        num_heads=16,
-        intermediate_size=4304,
-        out_hidden_size=4096,
-        deepstack_visual_indexes=[8, 16, 24],
-        num_position_embeddings=2304,
-        patch_size=16,
-        temporal_patch_size=2,
-        spatial_merge_size=2,
-        in_channels=3,
-        hidden_act="gelu_pytorch_tanh",
-    )
+    params = {
+        "depth": 27,
+        "hidden_size": 1152,
+        "num_heads": 16,
+        "intermediate_size": 4304,
+        "out_hidden_size": 4096,
+        "deepstack_visual_indexes": [8, 16, 24],
+        "num_position_embeddings": 2304,
+        "patch_size": 16,
+        "temporal_patch_size": 2,
+        "spatial_merge_size": 2,
+        "in_channels": 3,
+        "hidden_act": "gelu_pytorch_tanh",
+    }
     params.update(overrides)
     return Qwen3VLVisionConfig(**params)
 
@@ -96,9 +96,7 @@ def build_tower(cls=None, seed: int = 0, **config: object) -> torch.nn.Module:
 def image(seed: int = 1) -> torch.Tensor:
     generator = torch.Generator(device="cuda").manual_seed(seed)
     t, h, w = GRID[0]
-    return torch.randn(
-        t * h * w, 3 * 2 * 16 * 16, device="cuda", generator=generator
-    ).to(torch.bfloat16)
+    return torch.randn(t * h * w, 3 * 2 * 16 * 16, device="cuda", generator=generator).to(torch.bfloat16)
 
 
 def encode(tower: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -115,23 +113,15 @@ def param_bytes_on_gpu(module: torch.nn.Module, offloader=None) -> int:
         arenas = [t.arena.device_view for t in offloader.tower_streamer.towers]
 
     def in_arena(p: torch.Tensor) -> bool:
-        return any(
-            a.data_ptr() <= p.data_ptr() < a.data_ptr() + a.numel() for a in arenas
-        )
+        return any(a.data_ptr() <= p.data_ptr() < a.data_ptr() + a.numel() for a in arenas)
 
-    return sum(
-        p.numel() * p.element_size()
-        for p in module.parameters()
-        if p.is_cuda and not in_arena(p)
-    )
+    return sum(p.numel() * p.element_size() for p in module.parameters() if p.is_cuda and not in_arena(p))
 
 
 def streamed(tower: torch.nn.Module, prefetch_step: int = 1):
     from vllm.model_executor.offloader import PrefetchOffloader
 
-    offloader = PrefetchOffloader(
-        group_size=0, num_in_group=1, prefetch_step=prefetch_step, offload_towers=True
-    )
+    offloader = PrefetchOffloader(group_size=0, num_in_group=1, prefetch_step=prefetch_step, offload_towers=True)
     offloader.wrap_tower(tower, prefix="visual")
     offloader.post_init()
     return offloader
@@ -186,11 +176,7 @@ def test_no_tower_parameter_bytes_on_gpu_between_encodes(resident_run, streamed_
     assert arena.host.is_pinned() and arena.device_view.is_cuda
     assert all(p.is_cuda for p in tower.parameters())
     print(f"\n[gpu] arena pinned by {arena.pinning}, {arena.nbytes / MiB:.1f} MiB")
-    buffers = {
-        name: b.numel() * b.element_size()
-        for name, b in tower.named_buffers()
-        if b.is_cuda
-    }
+    buffers = {name: b.numel() * b.element_size() for name, b in tower.named_buffers() if b.is_cuda}
     # Whatever else the tower keeps on the GPU between encodes is its buffers
     # (e.g. the rotary cos/sin cache).
     resident_extra = torch.cuda.memory_allocated() - baseline
@@ -219,9 +205,7 @@ def test_no_growth_over_repeated_encodes(resident_run, streamed_tower):
     assert len(set(reserved)) == 1
 
 
-def test_peak_during_an_encode_is_bounded_by_the_units_in_flight(
-    resident_run, streamed_tower
-):
+def test_peak_during_an_encode_is_bounded_by_the_units_in_flight(resident_run, streamed_tower):
     tower, offloader, _ = streamed_tower
     streamed_state = offloader.tower_streamer.towers[0]
     units = [u.nbytes for u in streamed_state.units if u.spec.recurse]
@@ -310,9 +294,7 @@ def test_decoder_layer_prefetch_alongside(vllm_state):
         for ref in reference_layers:
             decoder_reference = ref(decoder_reference)
 
-    offloader = PrefetchOffloader(
-        group_size=2, num_in_group=1, prefetch_step=1, offload_towers=True
-    )
+    offloader = PrefetchOffloader(group_size=2, num_in_group=1, prefetch_step=1, offload_towers=True)
     set_offloader(offloader)
     try:
         # As in a model's __init__: the tower first, then `make_layers`.

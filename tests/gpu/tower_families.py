@@ -27,7 +27,7 @@ import importlib.util
 import math
 import socket
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -71,17 +71,12 @@ class TowerFamily:
         """Why this family cannot be built here (a module it imports), if so."""
         for module in self.needs:
             if importlib.util.find_spec(module) is None:
-                return (
-                    f"{self.model.split(':')[0]}.py imports {module!r} at module "
-                    "level and it is not installed here"
-                )
+                return f"{self.model.split(':')[0]}.py imports {module!r} at module level and it is not installed here"
         return None
 
     def model_class(self) -> type[nn.Module]:
         module, cls = self.model.split(":")
-        return getattr(
-            importlib.import_module(f"vllm.model_executor.models.{module}"), cls
-        )
+        return getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), cls)
 
 
 # -- vLLM state --------------------------------------------------------------
@@ -187,9 +182,7 @@ def use_plain_cpu_linear(host: nn.Module) -> None:
             module.cpu_linear = F.linear
 
 
-def make_inputs(
-    family: TowerFamily, host: nn.Module, size: str, device: torch.device, seed: int = 1
-) -> dict[str, Any]:
+def make_inputs(family: TowerFamily, host: nn.Module, size: str, device: torch.device, seed: int = 1) -> dict[str, Any]:
     generator = torch.Generator(device=device).manual_seed(seed)
     return family.inputs(host, size, generator)
 
@@ -221,8 +214,7 @@ def max_abs_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 
 def bit_identical(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return len(a) == len(b) and all(
-        x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
-        for x, y in zip(a, b)
+        x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(a, b)
     )
 
 
@@ -246,9 +238,7 @@ def _dtype() -> torch.dtype:
 
 
 def randn(generator: torch.Generator, *shape: int, dtype: torch.dtype | None = None):
-    return torch.randn(
-        *shape, generator=generator, device=generator.device, dtype=dtype or torch.float32
-    )
+    return torch.randn(*shape, generator=generator, device=generator.device, dtype=dtype or torch.float32)
 
 
 def _size(size: str, tiny: Any, full: Any) -> Any:
@@ -294,18 +284,33 @@ def _build_qwen2_vl(host: nn.Module, size: str) -> None:
     config = _size(
         size,
         Qwen2VLVisionConfig(
-            depth=3, embed_dim=64, hidden_size=96, num_heads=4, mlp_ratio=2,
-            patch_size=4, spatial_merge_size=2, temporal_patch_size=2,
+            depth=3,
+            embed_dim=64,
+            hidden_size=96,
+            num_heads=4,
+            mlp_ratio=2,
+            patch_size=4,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
         ),
         # Qwen2-VL-7B-Instruct: depth 32, width 1280, out 3584.
         Qwen2VLVisionConfig(
-            depth=32, embed_dim=1280, hidden_size=3584, num_heads=16, mlp_ratio=4,
-            patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+            depth=32,
+            embed_dim=1280,
+            hidden_size=3584,
+            num_heads=16,
+            mlp_ratio=4,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
         ),
     )
     host.visual = Qwen2VisionTransformer(
-        config, norm_eps=1e-6, quant_config=None,
-        input_norm=build_mm_input_norm(None), prefix="visual",
+        config,
+        norm_eps=1e-6,
+        quant_config=None,
+        input_norm=build_mm_input_norm(None),
+        prefix="visual",
     )
 
 
@@ -319,22 +324,39 @@ def _build_qwen2_5_vl(host: nn.Module, size: str) -> None:
     config = _size(
         size,
         Qwen2_5_VLVisionConfig(
-            depth=4, hidden_size=64, intermediate_size=128, num_heads=4,
-            out_hidden_size=96, patch_size=4, spatial_merge_size=2,
-            temporal_patch_size=2, window_size=32, fullatt_block_indexes=[1, 3],
+            depth=4,
+            hidden_size=64,
+            intermediate_size=128,
+            num_heads=4,
+            out_hidden_size=96,
+            patch_size=4,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            window_size=32,
+            fullatt_block_indexes=[1, 3],
             hidden_act="silu",
         ),
         # Qwen2.5-VL-7B-Instruct.
         Qwen2_5_VLVisionConfig(
-            depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16,
-            out_hidden_size=3584, patch_size=14, spatial_merge_size=2,
-            temporal_patch_size=2, window_size=112,
-            fullatt_block_indexes=[7, 15, 23, 31], hidden_act="silu",
+            depth=32,
+            hidden_size=1280,
+            intermediate_size=3420,
+            num_heads=16,
+            out_hidden_size=3584,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            window_size=112,
+            fullatt_block_indexes=[7, 15, 23, 31],
+            hidden_act="silu",
         ),
     )
     host.visual = Qwen2_5_VisionTransformer(
-        vision_config=config, norm_eps=1e-6, quant_config=None,
-        input_norm=build_mm_input_norm(None), prefix="visual",
+        vision_config=config,
+        norm_eps=1e-6,
+        quant_config=None,
+        input_norm=build_mm_input_norm(None),
+        prefix="visual",
     )
 
 
@@ -344,17 +366,32 @@ def _qwen3_vision_config(size: str):
     return _size(
         size,
         Qwen3VLVisionConfig(
-            depth=4, hidden_size=64, num_heads=4, intermediate_size=128,
-            out_hidden_size=96, deepstack_visual_indexes=[1, 2],
-            num_position_embeddings=64, patch_size=4, temporal_patch_size=2,
-            spatial_merge_size=2, in_channels=3,
+            depth=4,
+            hidden_size=64,
+            num_heads=4,
+            intermediate_size=128,
+            out_hidden_size=96,
+            deepstack_visual_indexes=[1, 2],
+            num_position_embeddings=64,
+            patch_size=4,
+            temporal_patch_size=2,
+            spatial_merge_size=2,
+            in_channels=3,
         ),
         # Qwen3-VL-8B-Instruct.
         Qwen3VLVisionConfig(
-            depth=27, hidden_size=1152, num_heads=16, intermediate_size=4304,
-            out_hidden_size=4096, deepstack_visual_indexes=[8, 16, 24],
-            num_position_embeddings=2304, patch_size=16, temporal_patch_size=2,
-            spatial_merge_size=2, in_channels=3, hidden_act="gelu_pytorch_tanh",
+            depth=27,
+            hidden_size=1152,
+            num_heads=16,
+            intermediate_size=4304,
+            out_hidden_size=4096,
+            deepstack_visual_indexes=[8, 16, 24],
+            num_position_embeddings=2304,
+            patch_size=16,
+            temporal_patch_size=2,
+            spatial_merge_size=2,
+            in_channels=3,
+            hidden_act="gelu_pytorch_tanh",
         ),
     )
 
@@ -364,10 +401,12 @@ def _build_qwen3_vl(host: nn.Module, size: str) -> None:
     from vllm.model_executor.models.qwen3_vl import Qwen3_VisionTransformer
 
     host.visual = Qwen3_VisionTransformer(
-        _qwen3_vision_config(size), norm_eps=1e-6, quant_config=None,
-        input_norm=build_mm_input_norm(None), prefix="visual",
+        _qwen3_vision_config(size),
+        norm_eps=1e-6,
+        quant_config=None,
+        input_norm=build_mm_input_norm(None),
+        prefix="visual",
     )
-
 
 
 def remote_config(**attrs: Any):
@@ -395,15 +434,25 @@ def _qwen3_omni_vision_config(size: str):
 
     if size == TINY:
         config = Qwen3OmniMoeVisionEncoderConfig(
-            depth=4, hidden_size=64, num_heads=4, intermediate_size=128,
-            out_hidden_size=96, deepstack_visual_indexes=[1, 2],
-            num_position_embeddings=64, patch_size=4,
+            depth=4,
+            hidden_size=64,
+            num_heads=4,
+            intermediate_size=128,
+            out_hidden_size=96,
+            deepstack_visual_indexes=[1, 2],
+            num_position_embeddings=64,
+            patch_size=4,
         )
     else:  # Qwen3-Omni-30B-A3B
         config = Qwen3OmniMoeVisionEncoderConfig(
-            depth=27, hidden_size=1152, num_heads=16, intermediate_size=4304,
-            out_hidden_size=2048, deepstack_visual_indexes=[8, 16, 24],
-            num_position_embeddings=2304, patch_size=16,
+            depth=27,
+            hidden_size=1152,
+            num_heads=16,
+            intermediate_size=4304,
+            out_hidden_size=2048,
+            deepstack_visual_indexes=[8, 16, 24],
+            num_position_embeddings=2304,
+            patch_size=16,
         )
     config.image_size = 768
     config.apply_vit_abs_pos_embed = True
@@ -422,21 +471,37 @@ def _build_qwen3_omni(host: nn.Module, size: str) -> None:
     audio = _size(
         size,
         Qwen3OmniMoeAudioEncoderConfig(
-            num_mel_bins=32, encoder_layers=3, encoder_attention_heads=4,
-            encoder_ffn_dim=128, d_model=64, output_dim=96, n_window=50,
-            n_window_infer=400, conv_chunksize=500, downsample_hidden_size=32,
+            num_mel_bins=32,
+            encoder_layers=3,
+            encoder_attention_heads=4,
+            encoder_ffn_dim=128,
+            d_model=64,
+            output_dim=96,
+            n_window=50,
+            n_window_infer=400,
+            conv_chunksize=500,
+            downsample_hidden_size=32,
         ),
         # Qwen3-Omni-30B-A3B's audio encoder.
         Qwen3OmniMoeAudioEncoderConfig(
-            num_mel_bins=128, encoder_layers=32, encoder_attention_heads=20,
-            encoder_ffn_dim=5120, d_model=1280, output_dim=2048, n_window=50,
-            n_window_infer=800, conv_chunksize=500, downsample_hidden_size=480,
+            num_mel_bins=128,
+            encoder_layers=32,
+            encoder_attention_heads=20,
+            encoder_ffn_dim=5120,
+            d_model=1280,
+            output_dim=2048,
+            n_window=50,
+            n_window_infer=800,
+            conv_chunksize=500,
+            downsample_hidden_size=480,
         ),
     )
     host.audio_tower = Qwen3OmniMoeAudioEncoder(audio, prefix="audio_tower")
     host.visual = Qwen3Omni_VisionTransformer(
-        vision_config=_qwen3_omni_vision_config(size), norm_eps=1e-6,
-        quant_config=None, prefix="visual",
+        vision_config=_qwen3_omni_vision_config(size),
+        norm_eps=1e-6,
+        quant_config=None,
+        prefix="visual",
     )
 
 
@@ -451,9 +516,7 @@ def _audio_feature_inputs(mel_bins: int, lengths: list[int], generator):
 
 def _qwen3_omni_audio_inputs(host: nn.Module, size: str, generator):
     # 100 mel frames per second: 30 s and 12 s of audio.
-    return _audio_feature_inputs(
-        _size(size, 32, 128), _size(size, [300, 120], [3000, 1200]), generator
-    )
+    return _audio_feature_inputs(_size(size, 32, 128), _size(size, [300, 120], [3000, 1200]), generator)
 
 
 # -- GLM-4.1V, dots.ocr, ERNIE-4.5-VL, PaddleOCR-VL, Keye ---------------------
@@ -470,15 +533,24 @@ def _build_glm4_1v(host: nn.Module, size: str) -> None:
     vision = _size(
         size,
         Glm4vVisionConfig(
-            depth=3, hidden_size=64, num_heads=4, image_size=32, patch_size=4,
-            out_hidden_size=96, intermediate_size=128,
+            depth=3,
+            hidden_size=64,
+            num_heads=4,
+            image_size=32,
+            patch_size=4,
+            out_hidden_size=96,
+            intermediate_size=128,
         ),
         Glm4vVisionConfig(),  # the defaults are GLM-4.1V-9B's tower
     )
     text = _size(size, Glm4vTextConfig(hidden_size=96), Glm4vTextConfig())
     host.visual = Glm4vVisionTransformer(
-        text, vision, norm_eps=1e-5, quant_config=None,
-        input_norm=build_mm_input_norm(None), prefix="visual",
+        text,
+        vision,
+        norm_eps=1e-5,
+        quant_config=None,
+        input_norm=build_mm_input_norm(None),
+        prefix="visual",
     )
 
 
@@ -489,15 +561,17 @@ def _build_dots_ocr(host: nn.Module, size: str) -> None:
     config = _size(
         size,
         DotsVisionConfig(
-            embed_dim=64, hidden_size=96, intermediate_size=128,
-            num_hidden_layers=3, num_attention_heads=4, patch_size=4,
+            embed_dim=64,
+            hidden_size=96,
+            intermediate_size=128,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            patch_size=4,
         ),
         DotsVisionConfig(),  # the defaults are dots.ocr's tower (1.2B)
     )
     host.config = remote_config(hidden_size=config.hidden_size)
-    host.vision_tower = DotsVisionTransformer(
-        config, quant_config=None, prefix="vision_tower"
-    )
+    host.vision_tower = DotsVisionTransformer(config, quant_config=None, prefix="vision_tower")
 
 
 def _dots_inputs(host: nn.Module, size: str, generator):
@@ -510,14 +584,26 @@ def _ernie_config(size: str):
     vision = _size(
         size,
         remote_config(
-            depth=3, embed_dim=64, hidden_size=64, num_heads=4, mlp_ratio=2,
-            patch_size=4, spatial_merge_size=2, in_channels=3,
+            depth=3,
+            embed_dim=64,
+            hidden_size=64,
+            num_heads=4,
+            mlp_ratio=2,
+            patch_size=4,
+            spatial_merge_size=2,
+            in_channels=3,
             hidden_act="quick_gelu",
         ),
         # ERNIE-4.5-VL-28B-A3B's vision tower.
         remote_config(
-            depth=32, embed_dim=1280, hidden_size=1280, num_heads=16, mlp_ratio=4,
-            patch_size=14, spatial_merge_size=2, in_channels=3,
+            depth=32,
+            embed_dim=1280,
+            hidden_size=1280,
+            num_heads=16,
+            mlp_ratio=4,
+            patch_size=14,
+            spatial_merge_size=2,
+            in_channels=3,
             hidden_act="quick_gelu",
         ),
     )
@@ -543,8 +629,12 @@ def _build_ernie45_vl(host: nn.Module, size: str) -> None:
         config.vision_config, norm_eps=1e-5, quant_config=None, prefix="vision_model"
     )
     host.resampler_model = VariableResolutionResamplerModel(
-        config.pixel_hidden_size, config.hidden_size, config.spatial_conv_size,
-        config.temporal_conv_size, config=config, prefix="resampler_model",
+        config.pixel_hidden_size,
+        config.hidden_size,
+        config.spatial_conv_size,
+        config.temporal_conv_size,
+        config=config,
+        prefix="resampler_model",
     )
 
 
@@ -552,17 +642,33 @@ def _siglip_navit_config(size: str, **extra: Any):
     return _size(
         size,
         remote_config(
-            hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-            num_attention_heads=4, num_channels=3, image_size=32, patch_size=4,
-            layer_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
-            spatial_merge_size=2, attention_dropout=0.0, **extra,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_channels=3,
+            image_size=32,
+            patch_size=4,
+            layer_norm_eps=1e-6,
+            hidden_act="gelu_pytorch_tanh",
+            spatial_merge_size=2,
+            attention_dropout=0.0,
+            **extra,
         ),
         # SigLIP-so400m NaViT (PaddleOCR-VL-0.9B, Keye-VL-8B).
         remote_config(
-            hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
-            num_attention_heads=16, num_channels=3, image_size=384, patch_size=14,
-            layer_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh",
-            spatial_merge_size=2, attention_dropout=0.0, **extra,
+            hidden_size=1152,
+            intermediate_size=4304,
+            num_hidden_layers=27,
+            num_attention_heads=16,
+            num_channels=3,
+            image_size=384,
+            patch_size=14,
+            layer_norm_eps=1e-6,
+            hidden_act="gelu_pytorch_tanh",
+            spatial_merge_size=2,
+            attention_dropout=0.0,
+            **extra,
         ),
     )
 
@@ -571,9 +677,7 @@ def _build_paddleocr_vl(host: nn.Module, size: str) -> None:
     from vllm.model_executor.models.paddleocr_vl import Projector, SiglipVisionModel
 
     vision = _siglip_navit_config(size)
-    config = host.config = remote_config(
-        vision_config=vision, hidden_size=_size(size, 96, 1024)
-    )
+    config = host.config = remote_config(vision_config=vision, hidden_size=_size(size, 96, 1024))
     config.text_config = config
     host.visual = SiglipVisionModel(config=vision, quant_config=None, prefix="visual")
     host.mlp_AR = Projector(config, vision)
@@ -591,9 +695,7 @@ def _patch_image_inputs(schema: str | None):
             return flat
         module, cls = schema.split(":")
         mod = importlib.import_module(f"vllm.model_executor.models.{module}")
-        return getattr(mod, cls)(
-            **flat, resolve_bindings={"patch_size": patch} if module == "paddleocr_vl" else None
-        )
+        return getattr(mod, cls)(**flat, resolve_bindings={"patch_size": patch} if module == "paddleocr_vl" else None)
 
     return inputs
 
@@ -619,23 +721,45 @@ def _build_internvl(host: nn.Module, size: str) -> None:
     vision = _size(
         size,
         remote_config(
-            hidden_size=64, num_attention_heads=4, intermediate_size=128,
-            num_hidden_layers=3, qk_normalization=False, norm_type="layer_norm",
-            layer_norm_eps=1e-6, hidden_act="gelu", image_size=32, patch_size=4,
-            num_channels=3, qkv_bias=True, drop_path_rate=0.0, initializer_factor=1.0,
+            hidden_size=64,
+            num_attention_heads=4,
+            intermediate_size=128,
+            num_hidden_layers=3,
+            qk_normalization=False,
+            norm_type="layer_norm",
+            layer_norm_eps=1e-6,
+            hidden_act="gelu",
+            image_size=32,
+            patch_size=4,
+            num_channels=3,
+            qkv_bias=True,
+            drop_path_rate=0.0,
+            initializer_factor=1.0,
         ),
         # InternViT-300M-448px-V2.5 (InternVL3-8B).
         remote_config(
-            hidden_size=1024, num_attention_heads=16, intermediate_size=4096,
-            num_hidden_layers=24, qk_normalization=False, norm_type="layer_norm",
-            layer_norm_eps=1e-6, hidden_act="gelu", image_size=448, patch_size=14,
-            num_channels=3, qkv_bias=True, drop_path_rate=0.0, initializer_factor=1.0,
+            hidden_size=1024,
+            num_attention_heads=16,
+            intermediate_size=4096,
+            num_hidden_layers=24,
+            qk_normalization=False,
+            norm_type="layer_norm",
+            layer_norm_eps=1e-6,
+            hidden_act="gelu",
+            image_size=448,
+            patch_size=14,
+            num_channels=3,
+            qkv_bias=True,
+            drop_path_rate=0.0,
+            initializer_factor=1.0,
         ),
     )
     config = host.config = remote_config(
         vision_config=vision,
         text_config=remote_config(hidden_size=_size(size, 96, 3584)),
-        select_layer=-1, downsample_ratio=0.5, ps_version="v2",
+        select_layer=-1,
+        downsample_ratio=0.5,
+        ps_version="v2",
         force_image_size=vision.image_size,
     )
     # The model's own __init__ steps for the tower (InternVLChatModel).
@@ -663,11 +787,23 @@ def _build_gemma3(host: nn.Module, size: str) -> None:
 
     vision = _size(
         size,
-        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-             num_attention_heads=4, image_size=32, patch_size=4),
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "image_size": 32,
+            "patch_size": 4,
+        },
         # SigLIP-so400m at 896 (Gemma 3 4B/12B/27B).
-        dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
-             num_attention_heads=16, image_size=896, patch_size=14),
+        {
+            "hidden_size": 1152,
+            "intermediate_size": 4304,
+            "num_hidden_layers": 27,
+            "num_attention_heads": 16,
+            "image_size": 896,
+            "patch_size": 14,
+        },
     )
     config = host.config = Gemma3Config(
         vision_config={**vision, "vision_use_head": False},
@@ -697,22 +833,36 @@ def _build_llama4(host: nn.Module, size: str) -> None:
     vision = _size(
         size,
         # The pixel-shuffle MLP takes 4x hidden: intermediate = 4 * hidden.
-        dict(hidden_size=64, intermediate_size=256, num_hidden_layers=3,
-             num_attention_heads=4, image_size=32, patch_size=4,
-             pixel_shuffle_ratio=0.5, projector_input_dim=96,
-             projector_output_dim=96, vision_output_dim=96, rope_theta=10000),
+        {
+            "hidden_size": 64,
+            "intermediate_size": 256,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "image_size": 32,
+            "patch_size": 4,
+            "pixel_shuffle_ratio": 0.5,
+            "projector_input_dim": 96,
+            "projector_output_dim": 96,
+            "vision_output_dim": 96,
+            "rope_theta": 10000,
+        },
         # Llama 4 Scout / Maverick.
-        dict(hidden_size=1408, intermediate_size=5632, num_hidden_layers=34,
-             num_attention_heads=16, image_size=336, patch_size=14,
-             pixel_shuffle_ratio=0.5, projector_input_dim=4096,
-             projector_output_dim=4096, vision_output_dim=4096, rope_theta=10000),
+        {
+            "hidden_size": 1408,
+            "intermediate_size": 5632,
+            "num_hidden_layers": 34,
+            "num_attention_heads": 16,
+            "image_size": 336,
+            "patch_size": 14,
+            "pixel_shuffle_ratio": 0.5,
+            "projector_input_dim": 4096,
+            "projector_output_dim": 4096,
+            "vision_output_dim": 4096,
+            "rope_theta": 10000,
+        },
     )
-    config = host.config = Llama4Config(
-        vision_config=vision, text_config={"hidden_size": _size(size, 96, 5120)}
-    )
-    host.vision_model = Llama4VisionModel(
-        config=config.vision_config, quant_config=None, prefix="vision_model"
-    )
+    config = host.config = Llama4Config(vision_config=vision, text_config={"hidden_size": _size(size, 96, 5120)})
+    host.vision_model = Llama4VisionModel(config=config.vision_config, quant_config=None, prefix="vision_model")
     host.multi_modal_projector = Llama4MultiModalProjector(
         config=config, quant_config=None, prefix="multi_modal_projector"
     )
@@ -738,19 +888,38 @@ def _build_mistral3(host: nn.Module, size: str) -> None:
 
     vision = _size(
         size,
-        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-             num_attention_heads=4, image_size=64, patch_size=4, head_dim=16),
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "image_size": 64,
+            "patch_size": 4,
+            "head_dim": 16,
+        },
         # Pixtral-ViT of Mistral-Small-3.1-24B.
-        dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
-             num_attention_heads=16, image_size=1540, patch_size=14, head_dim=64),
+        {
+            "hidden_size": 1024,
+            "intermediate_size": 4096,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "image_size": 1540,
+            "patch_size": 14,
+            "head_dim": 64,
+        },
     )
     config = host.config = Mistral3Config(
-        vision_config=vision, text_config={"hidden_size": _size(size, 96, 5120)},
-        spatial_merge_size=2, multimodal_projector_bias=False,
+        vision_config=vision,
+        text_config={"hidden_size": _size(size, 96, 5120)},
+        spatial_merge_size=2,
+        multimodal_projector_bias=False,
     )
     host.vision_tower = init_vision_tower_for_mistral3(
-        config, quant_config=None, input_norm=build_mm_input_norm(None),
-        require_post_norm=False, prefix="vision_tower",
+        config,
+        quant_config=None,
+        input_norm=build_mm_input_norm(None),
+        require_post_norm=False,
+        prefix="vision_tower",
     )
     host.multi_modal_projector = Mistral3MultiModalProjector(
         vision_hidden_size=config.vision_config.hidden_size,
@@ -759,7 +928,8 @@ def _build_mistral3(host: nn.Module, size: str) -> None:
         spatial_merge_size=config.spatial_merge_size,
         patch_size=config.vision_config.patch_size,
         multimodal_projector_bias=config.multimodal_projector_bias,
-        quant_config=None, prefix="multi_modal_projector",
+        quant_config=None,
+        prefix="multi_modal_projector",
     )
 
 
@@ -782,14 +952,27 @@ def _build_idefics3(host: nn.Module, size: str) -> None:
 
     vision = _size(
         size,
-        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-             num_attention_heads=4, image_size=32, patch_size=4),
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "image_size": 32,
+            "patch_size": 4,
+        },
         # Idefics3-8B-Llama3 (SigLIP-so400m at 364).
-        dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27,
-             num_attention_heads=16, image_size=364, patch_size=14),
+        {
+            "hidden_size": 1152,
+            "intermediate_size": 4304,
+            "num_hidden_layers": 27,
+            "num_attention_heads": 16,
+            "image_size": 364,
+            "patch_size": 14,
+        },
     )
     config = Idefics3Config(
-        vision_config=vision, text_config={"hidden_size": _size(size, 96, 4096)},
+        vision_config=vision,
+        text_config={"hidden_size": _size(size, 96, 4096)},
         scale_factor=2,
     )
     # The towers live inside Idefics3Model (`tower_targets`): build that
@@ -798,9 +981,7 @@ def _build_idefics3(host: nn.Module, size: str) -> None:
     inner = Idefics3Model.__new__(Idefics3Model)
     nn.Module.__init__(inner)
     inner.config = config
-    inner.vision_model = Idefics3VisionTransformer(
-        config.vision_config, quant_config=None, prefix="model.vision_model"
-    )
+    inner.vision_model = Idefics3VisionTransformer(config.vision_config, quant_config=None, prefix="model.vision_model")
     inner.connector = Idefics3Connector(config, None, prefix="model.connector")
     host.config = config
     host.model = inner
@@ -814,9 +995,7 @@ def _idefics3_inputs(host: nn.Module, size: str, generator):
     return Idefics3ImagePixelInputs(
         type="pixel_values",
         pixel_values=_tiles(generator, sum(tiles), side),
-        pixel_attention_mask=torch.ones(
-            sum(tiles), side, side, dtype=torch.bool, device=generator.device
-        ),
+        pixel_attention_mask=torch.ones(sum(tiles), side, side, dtype=torch.bool, device=generator.device),
         num_patches=torch.tensor(tiles),
         resolve_bindings={"h": side, "w": side},
     )
@@ -832,15 +1011,17 @@ def _build_qwen2_audio(host: nn.Module, size: str) -> None:
 
     audio = _size(
         size,
-        dict(d_model=64, encoder_layers=3, encoder_attention_heads=4,
-             encoder_ffn_dim=128, num_mel_bins=128),
+        {"d_model": 64, "encoder_layers": 3, "encoder_attention_heads": 4, "encoder_ffn_dim": 128, "num_mel_bins": 128},
         # Qwen2-Audio-7B: the Whisper-large-v3 encoder.
-        dict(d_model=1280, encoder_layers=32, encoder_attention_heads=20,
-             encoder_ffn_dim=5120, num_mel_bins=128),
+        {
+            "d_model": 1280,
+            "encoder_layers": 32,
+            "encoder_attention_heads": 20,
+            "encoder_ffn_dim": 5120,
+            "num_mel_bins": 128,
+        },
     )
-    config = host.config = Qwen2AudioConfig(
-        audio_config=audio, text_config={"hidden_size": _size(size, 96, 4096)}
-    )
+    config = host.config = Qwen2AudioConfig(audio_config=audio, text_config={"hidden_size": _size(size, 96, 4096)})
     host.audio_tower = Qwen2AudioEncoder(config.audio_config)
     host.multi_modal_projector = Qwen2AudioMultiModalProjector(
         config.audio_config.d_model, config.text_config.hidden_size
@@ -872,19 +1053,19 @@ def _build_kimi_vl(host: nn.Module, size: str) -> None:
     vision = _size(
         size,
         MoonViTConfig(
-            patch_size=4, init_pos_emb_height=16, init_pos_emb_width=16,
-            num_attention_heads=4, num_hidden_layers=3, hidden_size=64,
+            patch_size=4,
+            init_pos_emb_height=16,
+            init_pos_emb_width=16,
+            num_attention_heads=4,
+            num_hidden_layers=3,
+            hidden_size=64,
             intermediate_size=128,
         ),
         MoonViTConfig(),  # the defaults are Kimi-VL-A3B's MoonViT
     )
-    config = host.config = KimiVLConfig(
-        vision_config=vision, text_config={"hidden_size": _size(size, 96, 2048)}
-    )
+    config = host.config = KimiVLConfig(vision_config=vision, text_config={"hidden_size": _size(size, 96, 2048)})
     host.vision_tower = MoonVitPretrainedModel(config.vision_config, prefix="vision_tower")
-    host.multi_modal_projector = KimiVLMultiModalProjector(
-        config=config, prefix="multi_modal_projector"
-    )
+    host.multi_modal_projector = KimiVLMultiModalProjector(config=config, prefix="multi_modal_projector")
 
 
 def _kimi_vl_inputs(host: nn.Module, size: str, generator):
@@ -909,28 +1090,38 @@ def _build_step3_vl(host: nn.Module, size: str) -> None:
     vision = _size(
         size,
         Step3VisionEncoderConfig(
-            hidden_size=64, intermediate_size=128, output_hidden_size=96,
-            num_hidden_layers=3, num_attention_heads=4, image_size=32, patch_size=4,
+            hidden_size=64,
+            intermediate_size=128,
+            output_hidden_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=4,
         ),
         Step3VisionEncoderConfig(),  # the defaults are Step3's tower (63 layers)
     )
     config = host.config = remote_config(
-        vision_config=vision, hidden_size=_size(size, 96, 7168),
-        understand_projector_stride=2, projector_bias=True,
+        vision_config=vision,
+        hidden_size=_size(size, 96, 7168),
+        understand_projector_stride=2,
+        projector_bias=True,
     )
     # As in Step3VLForConditionalGeneration.__init__.
     host.vision_model = Step3VisionTransformer(vision, None, prefix="vision_model")
     host.vit_downsampler = Conv2dLayer(
-        vision.hidden_size, vision.output_hidden_size, kernel_size=2,
+        vision.hidden_size,
+        vision.output_hidden_size,
+        kernel_size=2,
         stride=config.understand_projector_stride,
     )
     host.vit_downsampler2 = Conv2dLayer(
-        vision.output_hidden_size, vision.output_hidden_size * 2, kernel_size=3,
-        stride=2, padding=1,
+        vision.output_hidden_size,
+        vision.output_hidden_size * 2,
+        kernel_size=3,
+        stride=2,
+        padding=1,
     )
-    host.vit_large_projector = nn.Linear(
-        vision.output_hidden_size * 2, config.hidden_size, bias=config.projector_bias
-    )
+    host.vit_large_projector = nn.Linear(vision.output_hidden_size * 2, config.hidden_size, bias=config.projector_bias)
 
 
 def _step3_vl_inputs(host: nn.Module, size: str, generator):
@@ -947,92 +1138,152 @@ def _step3_vl_inputs(host: nn.Module, size: str, generator):
 
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
-        "qwen2_vl", "qwen2_vl:Qwen2VLForConditionalGeneration", ("visual",),
-        _build_qwen2_vl, _qwen_grid_inputs(14), full_tower="Qwen/Qwen2-VL-7B-Instruct",
+        "qwen2_vl",
+        "qwen2_vl:Qwen2VLForConditionalGeneration",
+        ("visual",),
+        _build_qwen2_vl,
+        _qwen_grid_inputs(14),
+        full_tower="Qwen/Qwen2-VL-7B-Instruct",
     ),
     TowerFamily(
-        "qwen2_5_vl", "qwen2_5_vl:Qwen2_5_VLForConditionalGeneration", ("visual",),
-        _build_qwen2_5_vl, _qwen_grid_inputs(14),
+        "qwen2_5_vl",
+        "qwen2_5_vl:Qwen2_5_VLForConditionalGeneration",
+        ("visual",),
+        _build_qwen2_5_vl,
+        _qwen_grid_inputs(14),
         full_tower="Qwen/Qwen2.5-VL-7B-Instruct",
     ),
     TowerFamily(
-        "qwen3_vl", "qwen3_vl:Qwen3VLForConditionalGeneration", ("visual",),
-        _build_qwen3_vl, _qwen_grid_inputs(16), full_tower="Qwen/Qwen3-VL-8B-Instruct",
+        "qwen3_vl",
+        "qwen3_vl:Qwen3VLForConditionalGeneration",
+        ("visual",),
+        _build_qwen3_vl,
+        _qwen_grid_inputs(16),
+        full_tower="Qwen/Qwen3-VL-8B-Instruct",
     ),
     TowerFamily(
-        "qwen3_omni_audio", "qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration",
-        ("audio_tower", "visual"), _build_qwen3_omni, _qwen3_omni_audio_inputs,
-        process="_process_audio_input", full_tower="Qwen/Qwen3-Omni-30B-A3B-Instruct",
-    ),
-    TowerFamily(
-        "qwen3_omni_vision", "qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration",
-        ("audio_tower", "visual"), _build_qwen3_omni, _qwen_grid_inputs(16),
+        "qwen3_omni_audio",
+        "qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration",
+        ("audio_tower", "visual"),
+        _build_qwen3_omni,
+        _qwen3_omni_audio_inputs,
+        process="_process_audio_input",
         full_tower="Qwen/Qwen3-Omni-30B-A3B-Instruct",
     ),
     TowerFamily(
-        "glm4_1v", "glm4_1v:Glm4vForConditionalGeneration", ("visual",),
-        _build_glm4_1v, _qwen_grid_inputs(14), full_tower="zai-org/GLM-4.1V-9B-Thinking",
+        "qwen3_omni_vision",
+        "qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration",
+        ("audio_tower", "visual"),
+        _build_qwen3_omni,
+        _qwen_grid_inputs(16),
+        full_tower="Qwen/Qwen3-Omni-30B-A3B-Instruct",
     ),
     TowerFamily(
-        "dots_ocr", "dots_ocr:DotsOCRForCausalLM", ("vision_tower",),
-        _build_dots_ocr, _dots_inputs, full_tower="rednote-hilab/dots.ocr",
+        "glm4_1v",
+        "glm4_1v:Glm4vForConditionalGeneration",
+        ("visual",),
+        _build_glm4_1v,
+        _qwen_grid_inputs(14),
+        full_tower="zai-org/GLM-4.1V-9B-Thinking",
     ),
     TowerFamily(
-        "ernie45_vl", "ernie45_vl:Ernie4_5_VLMoeForConditionalGeneration",
-        ("vision_model", "resampler_model"), _build_ernie45_vl, _qwen_grid_inputs(14, temporal=1),
+        "dots_ocr",
+        "dots_ocr:DotsOCRForCausalLM",
+        ("vision_tower",),
+        _build_dots_ocr,
+        _dots_inputs,
+        full_tower="rednote-hilab/dots.ocr",
+    ),
+    TowerFamily(
+        "ernie45_vl",
+        "ernie45_vl:Ernie4_5_VLMoeForConditionalGeneration",
+        ("vision_model", "resampler_model"),
+        _build_ernie45_vl,
+        _qwen_grid_inputs(14, temporal=1),
         full_tower="baidu/ERNIE-4.5-VL-28B-A3B-PT",
     ),
     TowerFamily(
-        "paddleocr_vl", "paddleocr_vl:PaddleOCRVLForConditionalGeneration",
-        ("visual", "mlp_AR"), _build_paddleocr_vl,
+        "paddleocr_vl",
+        "paddleocr_vl:PaddleOCRVLForConditionalGeneration",
+        ("visual", "mlp_AR"),
+        _build_paddleocr_vl,
         _patch_image_inputs("paddleocr_vl:PaddleOCRImagePixelInputs"),
         full_tower="PaddlePaddle/PaddleOCR-VL",
     ),
     TowerFamily(
-        "keye", "keye:KeyeForConditionalGeneration", ("visual", "mlp_AR"),
-        _build_keye, _patch_image_inputs(None), full_tower="Kwai-Keye/Keye-VL-8B-Preview",
+        "keye",
+        "keye:KeyeForConditionalGeneration",
+        ("visual", "mlp_AR"),
+        _build_keye,
+        _patch_image_inputs(None),
+        full_tower="Kwai-Keye/Keye-VL-8B-Preview",
     ),
     TowerFamily(
-        "internvl", "internvl:InternVLChatModel", ("vision_model", "mlp1"),
-        _build_internvl, _internvl_inputs, process="_process_vision_input",
+        "internvl",
+        "internvl:InternVLChatModel",
+        ("vision_model", "mlp1"),
+        _build_internvl,
+        _internvl_inputs,
+        process="_process_vision_input",
         full_tower="OpenGVLab/InternVL3-8B",
     ),
     TowerFamily(
-        "gemma3", "gemma3_mm:Gemma3ForConditionalGeneration",
-        ("vision_tower", "multi_modal_projector"), _build_gemma3, _gemma3_inputs,
+        "gemma3",
+        "gemma3_mm:Gemma3ForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_gemma3,
+        _gemma3_inputs,
         full_tower="google/gemma-3-27b-it",
     ),
     TowerFamily(
-        "llama4", "mllama4:Llama4ForConditionalGeneration",
-        ("vision_model", "multi_modal_projector"), _build_llama4, _llama4_inputs,
+        "llama4",
+        "mllama4:Llama4ForConditionalGeneration",
+        ("vision_model", "multi_modal_projector"),
+        _build_llama4,
+        _llama4_inputs,
         full_tower="meta-llama/Llama-4-Scout-17B-16E-Instruct",
     ),
     TowerFamily(
-        "mistral3", "mistral3:Mistral3ForConditionalGeneration",
-        ("vision_tower", "multi_modal_projector"), _build_mistral3, _mistral3_inputs,
+        "mistral3",
+        "mistral3:Mistral3ForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_mistral3,
+        _mistral3_inputs,
         full_tower="mistralai/Mistral-Small-3.1-24B-Instruct-2503",
         needs=("mistral_common",),
     ),
     TowerFamily(
-        "idefics3", "idefics3:Idefics3ForConditionalGeneration",
-        ("model.vision_model", "model.connector"), _build_idefics3, _idefics3_inputs,
+        "idefics3",
+        "idefics3:Idefics3ForConditionalGeneration",
+        ("model.vision_model", "model.connector"),
+        _build_idefics3,
+        _idefics3_inputs,
         full_tower="HuggingFaceM4/Idefics3-8B-Llama3",
     ),
     TowerFamily(
-        "qwen2_audio", "qwen2_audio:Qwen2AudioForConditionalGeneration",
-        ("audio_tower", "multi_modal_projector"), _build_qwen2_audio,
-        _qwen2_audio_inputs, process="_process_audio_input",
+        "qwen2_audio",
+        "qwen2_audio:Qwen2AudioForConditionalGeneration",
+        ("audio_tower", "multi_modal_projector"),
+        _build_qwen2_audio,
+        _qwen2_audio_inputs,
+        process="_process_audio_input",
         full_tower="Qwen/Qwen2-Audio-7B-Instruct",
     ),
     TowerFamily(
-        "kimi_vl", "kimi_vl:KimiVLForConditionalGeneration",
-        ("vision_tower", "multi_modal_projector"), _build_kimi_vl, _kimi_vl_inputs,
+        "kimi_vl",
+        "kimi_vl:KimiVLForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_kimi_vl,
+        _kimi_vl_inputs,
         full_tower="moonshotai/Kimi-VL-A3B-Instruct",
     ),
     TowerFamily(
-        "step3_vl", "step3_vl:Step3VLForConditionalGeneration",
+        "step3_vl",
+        "step3_vl:Step3VLForConditionalGeneration",
         ("vision_model", "vit_downsampler", "vit_downsampler2", "vit_large_projector"),
-        _build_step3_vl, _step3_vl_inputs, full_tower="stepfun-ai/step3",
+        _build_step3_vl,
+        _step3_vl_inputs,
+        full_tower="stepfun-ai/step3",
     ),
 ]
 
@@ -1056,15 +1307,9 @@ def param_bytes_on_device(module: nn.Module, offloader=None) -> int:
         arenas = [t.arena.device_view for t in offloader.tower_streamer.towers]
 
     def in_arena(p: torch.Tensor) -> bool:
-        return any(
-            a.data_ptr() <= p.data_ptr() < a.data_ptr() + a.numel() for a in arenas
-        )
+        return any(a.data_ptr() <= p.data_ptr() < a.data_ptr() + a.numel() for a in arenas)
 
-    return sum(
-        p.numel() * p.element_size()
-        for p in module.parameters()
-        if p.device.type != "cpu" and not in_arena(p)
-    )
+    return sum(p.numel() * p.element_size() for p in module.parameters() if p.device.type != "cpu" and not in_arena(p))
 
 
 def _synchronize(device: torch.device) -> None:
@@ -1118,9 +1363,7 @@ def measure_family(
     }
     host = build_family(family, size, device, dtype)
     towers = towers_of(family, host)
-    row["tower_param_bytes"] = sum(
-        p.numel() * p.element_size() for t in towers.values() for p in t.parameters()
-    )
+    row["tower_param_bytes"] = sum(p.numel() * p.element_size() for t in towers.values() for p in t.parameters())
     inputs = make_inputs(family, host, size, device)
     encode(family, host, inputs)  # warm up (kernels, workspaces)
     reference, resident_times = _timed_encodes(family, host, inputs, device, repeats)
@@ -1134,9 +1377,7 @@ def measure_family(
 
     host = build_family(family, size, device, dtype)
     towers = towers_of(family, host)
-    offloader = PrefetchOffloader(
-        group_size=0, num_in_group=1, prefetch_step=1, offload_towers=True
-    )
+    offloader = PrefetchOffloader(group_size=0, num_in_group=1, prefetch_step=1, offload_towers=True)
     try:
         for name, tower in towers.items():
             offloader.wrap_tower(tower, prefix=name)
@@ -1151,9 +1392,7 @@ def measure_family(
     row["arena_pinning"] = sorted({t.arena.pinning for t in streamer.towers})
     row["units"] = sum(len(t.units) for t in streamer.towers)
     row["largest_unit_bytes"] = max(u.nbytes for t in streamer.towers for u in t.units)
-    row["streamed_param_bytes_on_device_after_load"] = param_bytes_on_device(
-        host, offloader
-    )
+    row["streamed_param_bytes_on_device_after_load"] = param_bytes_on_device(host, offloader)
     encode(family, host, inputs)  # the first encode learns the unit order
     outputs, streamed_times = _timed_encodes(family, host, inputs, device, repeats)
     row["streamed_encode_s"] = min(streamed_times)

@@ -15,21 +15,21 @@ from pathlib import Path
 
 # Qwen3-VL-8B's vision tower: 1099 MiB of bf16 weights with a 4096-wide text
 # model (the mergers project into the text model's width).
-VISION = dict(
-    depth=27,
-    hidden_size=1152,
-    num_heads=16,
-    intermediate_size=4304,
-    out_hidden_size=4096,
-    deepstack_visual_indexes=[8, 16, 24],
-    num_position_embeddings=2304,
-    patch_size=16,
-    temporal_patch_size=2,
-    spatial_merge_size=2,
-    in_channels=3,
-    hidden_act="gelu_pytorch_tanh",
-    initializer_range=0.02,
-)
+VISION = {
+    "depth": 27,
+    "hidden_size": 1152,
+    "num_heads": 16,
+    "intermediate_size": 4304,
+    "out_hidden_size": 4096,
+    "deepstack_visual_indexes": [8, 16, 24],
+    "num_position_embeddings": 2304,
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "in_channels": 3,
+    "hidden_act": "gelu_pytorch_tanh",
+    "initializer_range": 0.02,
+}
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -107,29 +107,29 @@ def make_qwen3_vl_checkpoint(
     directory.mkdir(parents=True, exist_ok=True)
     ids = _train_tokenizer(directory, vocab_size)
     hidden = VISION["out_hidden_size"]
-    text_config = dict(
-        hidden_size=hidden,
-        intermediate_size=4096,
-        num_hidden_layers=text_layers,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        vocab_size=vocab_size,
-        max_position_embeddings=max_position_embeddings,
-        rms_norm_eps=1e-6,
-        rope_theta=5_000_000.0,
-        rope_scaling={
+    text_config = {
+        "hidden_size": hidden,
+        "intermediate_size": 4096,
+        "num_hidden_layers": text_layers,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": vocab_size,
+        "max_position_embeddings": max_position_embeddings,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 5_000_000.0,
+        "rope_scaling": {
             "rope_type": "default",
             "mrope_section": [24, 20, 20],
             "mrope_interleaved": True,
         },
-        hidden_act="silu",
-        attention_bias=False,
-        tie_word_embeddings=False,
-        bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=ids["<|im_end|>"],
-        torch_dtype="bfloat16",
-    )
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+        "torch_dtype": "bfloat16",
+    }
     config = {
         "architectures": ["Qwen3VLForConditionalGeneration"],
         "model_type": "qwen3_vl",
@@ -147,11 +147,11 @@ def make_qwen3_vl_checkpoint(
         json.dumps({"eos_token_id": ids["<|im_end|>"], "do_sample": False})
     )
     tokenizer = AutoTokenizer.from_pretrained(directory)
-    patch = dict(
-        patch_size=VISION["patch_size"],
-        temporal_patch_size=VISION["temporal_patch_size"],
-        merge_size=VISION["spatial_merge_size"],
-    )
+    patch = {
+        "patch_size": VISION["patch_size"],
+        "temporal_patch_size": VISION["temporal_patch_size"],
+        "merge_size": VISION["spatial_merge_size"],
+    }
     processor = Qwen3VLProcessor(
         image_processor=Qwen2VLImageProcessor(
             **patch,

@@ -7,7 +7,7 @@ their tests here; the ones that need CUDA skip themselves and run on the GPU
 machine (`tests/gpu`).
 """
 
+from tests.config.test_mm_processor_cache_shm import *  # noqa: F403
 from tests.model_executor.offloader.test_offload_towers_option import *  # noqa: F403
 from tests.model_executor.offloader.test_tower_streaming import *  # noqa: F403
 from tests.model_executor.offloader.test_tower_streaming_qwen3_vl import *  # noqa: F403
-from tests.config.test_mm_processor_cache_shm import *  # noqa: F403

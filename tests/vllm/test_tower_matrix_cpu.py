@@ -28,9 +28,7 @@ pytestmark = [
     pytest.mark.skip_global_cleanup,
     # On a CUDA platform vLLM registers its ViT attention op for CUDA only;
     # tests/gpu/test_tower_matrix.py runs the same families there.
-    pytest.mark.skipif(
-        torch.cuda.is_available(), reason="CPU-only: ViT attention op is CUDA-only here"
-    ),
+    pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only: ViT attention op is CUDA-only here"),
 ]
 
 REFUSED: dict[str, str] = {
@@ -65,8 +63,7 @@ def _define_missing_activation_ops() -> torch.library.Library:
         "silu_and_mul": lambda x: F.silu(halves(x)[0]) * halves(x)[1],
         "mul_and_silu": lambda x: halves(x)[0] * F.silu(halves(x)[1]),
         "gelu_and_mul": lambda x: F.gelu(halves(x)[0]) * halves(x)[1],
-        "gelu_tanh_and_mul": lambda x: F.gelu(halves(x)[0], approximate="tanh")
-        * halves(x)[1],
+        "gelu_tanh_and_mul": lambda x: F.gelu(halves(x)[0], approximate="tanh") * halves(x)[1],
         "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
         "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
         "gelu_quick": lambda x: x * torch.sigmoid(1.702 * x),
@@ -104,9 +101,7 @@ def test_tiny_tower_streams_bit_identically(vllm_state, family: tf.TowerFamily):
     assert reference and all(torch.isfinite(t).all() for t in reference)
     devices = tf.device_properties(host, towers)
 
-    offloader = PrefetchOffloader(
-        group_size=0, num_in_group=1, prefetch_step=1, offload_towers=True
-    )
+    offloader = PrefetchOffloader(group_size=0, num_in_group=1, prefetch_step=1, offload_towers=True)
     if family.name in REFUSED:
         with pytest.raises(ValueError, match=REFUSED[family.name]):
             for name, tower in towers.items():
@@ -117,9 +112,7 @@ def test_tiny_tower_streams_bit_identically(vllm_state, family: tf.TowerFamily):
     offloader.post_init()
     streamer = offloader.tower_streamer
     assert streamer is not None
-    streamed_params = {
-        id(p) for t in streamer.towers for u in t.units for p in (pl.param for pl in u.places)
-    }
+    streamed_params = {id(p) for t in streamer.towers for u in t.units for p in (pl.param for pl in u.places)}
     # The whole of every tower is streamed: nothing left resident.
     assert streamed_params == {id(p) for t in towers.values() for p in t.parameters()}
 
