@@ -35,6 +35,7 @@ def _print_outcome(outcome: rebase_mod.Outcome) -> None:
         "no_commit": "leave the result uncommitted in the checkout instead of on rebase/<version>",
         "replace_branch": "rebuild rebase/<version> if it already exists (the bot does)",
         "seed": "when the compiled inputs changed, seed the ops cache from the new release's official wheel",
+        "survey": "only forecast every patch on the new upstream (changes nothing; report in build/rebase-survey.md)",
     },
 )
 def rebase(
@@ -50,8 +51,9 @@ def rebase(
     no_commit=False,
     replace_branch=False,
     seed=False,
+    survey=False,
 ):
-    """Rebase patches/ onto a new upstream; classify every patch; commit on rebase/<version>."""
+    """Rebase patches/ onto a new upstream (forecast first); classify every patch; commit on rebase/<version>."""
     with user_errors():
         if abort:
             restored = rebase_mod.abort()
@@ -59,6 +61,13 @@ def rebase(
                 "rebase aborted: build/vllm, patches/ and upstream.toml are as they were"
                 + (f" (restored {', '.join(restored)})" if restored else "")
             )
+            return
+        if survey:
+            result, text, path = rebase_mod.survey_only(to=to, latest=latest, source=source, remote=remote)
+            print(text)
+            print(f"report: {path}")
+            if result.failing():
+                raise Exit(code=CONFLICT_EXIT)
             return
         if continue_:
             outcome = rebase_mod.continue_()

@@ -10,6 +10,7 @@ from vllm_fork.core.git import git, operation_in_progress, out
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.core.paths import patches_dir as default_patches_dir
 from vllm_fork.queue.apply import conflicts_at, prepare_tree
+from vllm_fork.queue.carry import status_problems
 from vllm_fork.queue.export import format_patches
 from vllm_fork.queue.patchfile import parse_patch
 from vllm_fork.queue.series import series_entries, series_problems
@@ -30,6 +31,17 @@ def message_problems(patch: Path) -> list[str]:
         problems.append(f"{patch.name}: empty subject")
     if len(parsed.why) < MIN_WHY_CHARS:
         problems.append(f"{patch.name}: the commit message has no body saying why the change is needed")
+    return problems
+
+
+def upstream_status_problems(patches: list[Path]) -> list[str]:
+    """Each patch's `Upstream-Status:` trailer is well formed and where git reads trailers."""
+    problems = []
+    for patch in patches:
+        try:
+            problems += status_problems(parse_patch(patch))
+        except ForkError:
+            continue  # message_problems already names an unreadable file
     return problems
 
 
@@ -82,6 +94,7 @@ def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = N
             "format-patch" in p or "empty" in p or "no diff" in p or "UTF-8" in p or "Subject" in p for p in found
         ):
             readable.append(patch)
+    problems += upstream_status_problems(readable)
     upstream = ensure_upstream(pin, source)
     tree = root / "build" / ".check-tree"
     prepare_tree(tree, upstream, pin.tag, force=True, borrow_objects=True)

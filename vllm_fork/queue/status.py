@@ -7,6 +7,7 @@ from pathlib import Path
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import operation_in_progress, rev
 from vllm_fork.core.paths import REPO_ROOT, default_tree, patches_dir
+from vllm_fork.queue.carry import upstream_status
 from vllm_fork.queue.patchfile import parse_patch
 from vllm_fork.queue.series import series_entries
 from vllm_fork.upstream.pin import load_pin
@@ -38,5 +39,10 @@ def status_report(root: Path = REPO_ROOT, source: str | None = None) -> str:
             continue
         lines.append(f"  {i:>2}. {entry}")
         lines.append(f"      {patch.subject}")
+        try:
+            carried = str(upstream_status(patch))
+        except ValueError as exc:
+            carried = f"malformed: {exc}"
+        lines.append(f"      Upstream-Status: {carried}")
         lines.extend(f"        {path}" for path in patch.touched)
     return "\n".join(lines)

@@ -44,6 +44,8 @@ class PatchResult:
     notes: list[str] = field(default_factory=list)
     conflicts: dict[str, list[str]] = field(default_factory=dict)
     new_name: str = ""
+    lost: list[str] = field(default_factory=list)  # upstream content the merge or resolution dropped
+    diff_change: str = ""  # after export: unchanged, refreshed (context/line numbers only) or changed
 
 
 def _old_ranges(diff_text: str) -> list[tuple[int, int]]:
@@ -77,19 +79,37 @@ def nearby_upstream_changes(tree: Path, patch: Path, base: str) -> list[str]:
             continue
         if now.startswith(pre) or pre.startswith(now):
             continue
-        changed = _old_ranges(git(tree, "diff", "-U0", pre, now).stdout)
-        for hunk in diff.hunks:
-            m = _RANGE.match(hunk[0])
-            if not m:
-                continue
-            start, length = int(m.group(1)), int(m.group(2) or 1)
-            lo, hi = start - NEARBY, start + length + NEARBY
-            near = [(a, b) for a, b in changed if a < hi and b > lo]
-            if near:
-                lines = ", ".join(f"{a}" if b - a == 1 else f"{a}-{b - 1}" for a, b in near)
-                header = hunk[0].split("@@")[1].strip()
-                flags.append(f"`{diff.path}` hunk `@@ {header} @@`: upstream changed line(s) {lines} around it")
+        flags += [flag for _, flag in hunks_near_changes(tree, diff, pre, now)]
     return flags
+
+
+def hunk_range(hunk: list[str]) -> tuple[int, int] | None:
+    """A hunk's old-side (start, length), from its `@@ -a,b +c,d @@` header."""
+    m = _RANGE.match(hunk[0])
+    return (int(m.group(1)), int(m.group(2) or 1)) if m else None
+
+
+def hunks_near_changes(repo: Path, diff: FileDiff, pre: str, now: str) -> list[tuple[list[str], str]]:
+    """(hunk, flag) for each hunk of `diff` near a line that changed between blobs `pre` and `now`."""
+    changed = _old_ranges(git(repo, "diff", "-U0", pre, now).stdout)
+    found = []
+    for hunk in diff.hunks:
+        where = hunk_range(hunk)
+        if where is None:
+            continue
+        start, length = where
+        lo, hi = start - NEARBY, start + length + NEARBY
+        near = [(a, b) for a, b in changed if a < hi and b > lo]
+        if near:
+            lines = ", ".join(f"{a}" if b - a == 1 else f"{a}-{b - 1}" for a, b in near)
+            header = hunk[0].split("@@")[1].strip()
+            found.append((hunk, f"`{diff.path}` hunk `@@ {header} @@`: upstream changed line(s) {lines} around it"))
+    return found
+
+
+def preimage(diff: FileDiff) -> str | None:
+    """The blob id the patch's `index` line names for the file before it (None: a new file)."""
+    return _preimage(diff)
 
 
 def _changed_lines(patch: Path) -> int:

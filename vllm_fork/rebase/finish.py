@@ -21,15 +21,18 @@ from vllm_fork.ops.changes import changed_compiled_inputs
 from vllm_fork.queue import check as check_mod
 from vllm_fork.queue.export import export
 from vllm_fork.rebase.classify import DROPPED, SKIPPED
+from vllm_fork.rebase.refresh import diff_change
 from vllm_fork.rebase.report import success_report
 from vllm_fork.rebase.state import (
     ORIG_REF,
+    SAVED,
     Outcome,
     RebaseState,
     clear,
     new_pin_of,
     old_pin_of,
     originals_changed,
+    state_dir,
     write_report,
 )
 from vllm_fork.upstream.pin import save_pin
@@ -122,6 +125,8 @@ def finish(root: Path, state: RebaseState):
     for r in state.results:
         if r.outcome not in (DROPPED, SKIPPED):
             r.new_name = next(names, "")
+            if r.new_name:
+                r.diff_change = diff_change(state_dir(root) / SAVED / "patches" / r.name, root / "patches" / r.new_name)
     new_pin = new_pin_of(state)
     save_pin(new_pin, root)
     # The image's base follows the pin: upstream's vllm-openai image of the new release.

@@ -8,6 +8,7 @@ from packaging.version import InvalidVersion, Version
 
 from vllm_fork.rebase.classify import CLEAN, CONFLICT, DROPPED, RESOLVED, SKIPPED, THREE_WAY, PatchResult
 from vllm_fork.rebase.state import RebaseState, new_pin_of, old_pin_of
+from vllm_fork.rebase.survey import GONE, Survey
 from vllm_fork.upstream.pin import Pin
 
 _MARK = {
@@ -17,6 +18,7 @@ _MARK = {
     CONFLICT: "**conflict**",
     RESOLVED: "conflict, resolved by hand",
     SKIPPED: "dropped by hand",
+    GONE: "**target file gone**",
 }
 
 
@@ -36,14 +38,100 @@ def _base_hint(state: RebaseState) -> str:
 
 
 def _table(results: list[PatchResult]) -> list[str]:
-    lines = ["| # | patch | outcome | new file | notes |", "|---|---|---|---|---|"]
+    lines = ["| # | patch | outcome | new file | diff | notes |", "|---|---|---|---|---|---|"]
     for i, r in enumerate(results, 1):
-        notes = "; ".join(r.notes + ([f"{len(r.by_eye)} hunk(s) to check by eye"] if r.by_eye else []))
+        extra = [f"{len(r.by_eye)} hunk(s) to check by eye"] if r.by_eye else []
+        extra += [f"upstream content lost in {len(r.lost)} file(s)"] if r.lost else []
+        notes = "; ".join(r.notes + extra)
+        change = f"**{r.diff_change}**" if r.diff_change == "changed" else r.diff_change or "—"
         lines.append(
             f"| {i} | {_cell(r.subject)}<br>`{r.name}` | {_MARK[r.outcome]} | "
-            f"{'`' + r.new_name + '`' if r.new_name else '—'} | {_cell(notes) or '—'} |"
+            f"{'`' + r.new_name + '`' if r.new_name else '—'} | {change} | {_cell(notes) or '—'} |"
         )
     return lines
+
+
+def forecast_section(survey: Survey, results: list[PatchResult] | None = None) -> list[str]:
+    """The survey's forecast for every patch; with `results`, what actually happened so far."""
+    fc = survey.forecasts
+    counts: dict[str, int] = {}
+    for f in fc:
+        counts[f.outcome] = counts.get(f.outcome, 0) + 1
+    summary = ", ".join(f"{n} {_MARK[k].strip('*')}" for k, n in counts.items())
+    out = [
+        "## Forecast",
+        "",
+        f"Every patch tried on the new upstream before any resolution ({len(fc)} patches, "
+        f"{survey.seconds:.1f} s): {summary or 'none'}.",
+        "",
+    ]
+    done = {r.name: r for r in results or []}
+    failing = survey.failing()
+    if failing:
+        out += [f"**{len(failing)} patch(es) will need a hand** (conflict or target gone):", ""]
+        for f in failing:
+            i = fc.index(f) + 1
+            now = f" — now: {_MARK[done[f.name].outcome]}" if f.name in done else ""
+            out.append(f"- {i}. **{f.subject}** (`{f.name}`): {_MARK[f.outcome]}{now}")
+            for path, hunks in f.files.items():
+                out.append(f"  - `{path}`" + (": " + ", ".join(f"`{h}`" for h in hunks) if hunks else ""))
+            out += [f"  - {n}" for n in f.notes]
+        out.append("")
+    else:
+        out += ["No patch is expected to conflict.", ""]
+    three_way = [f for f in fc if f.outcome == THREE_WAY]
+    if three_way:
+        out += ["3-way merges to check by eye:", ""]
+        for f in three_way:
+            out.append(f"- {fc.index(f) + 1}. **{f.subject}** (`{f.name}`)")
+            out += [f"  - {b}" for b in f.by_eye]
+        out.append("")
+    dropped = [f for f in fc if f.outcome == DROPPED]
+    if dropped:
+        out += ["To be dropped:", ""] + [f"- `{f.name}` — {f.subject}: {'; '.join(f.notes)}" for f in dropped]
+        out.append("")
+    if results is not None:
+        rows = ["| # | patch | forecast | so far |", "|---|---|---|---|"]
+        for i, f in enumerate(fc, 1):
+            now = _MARK[done[f.name].outcome] if f.name in done else "not yet"
+            rows.append(f"| {i} | `{f.name}` | {_MARK[f.outcome]} | {now} |")
+        out += rows + [""]
+    out += ["## Upstream blame", ""]
+    blamed = [f for f in fc if f.blame]
+    if survey.blame_note:
+        out += [survey.blame_note, ""]
+    elif blamed:
+        out += ["Upstream commits between the two pins that touched the lines of each conflicting or 3-way hunk:", ""]
+        for f in blamed:
+            out.append(f"- **{f.subject}** (`{f.name}`)")
+            out += [f"  - {b}" for b in f.blame]
+        out.append("")
+    else:
+        out += ["No conflicting or 3-way hunk to blame.", ""]
+    lost = [f for f in fc if f.lost]
+    if lost:
+        out += ["## Upstream content loss (forecast)", ""]
+        for f in lost:
+            out.append(f"- **{f.subject}** (`{f.name}`)")
+            out += [f"  - {ln}" for ln in f.lost]
+        out.append("")
+    return out
+
+
+def survey_report(survey: Survey, old: Pin, new: Pin, source: str, old_commit: str, new_commit: str) -> str:
+    """`invoke rebase --survey`: the forecast alone; nothing was changed."""
+    out = [
+        f"# Survey: the patch queue on vLLM {new.version}",
+        "",
+        f"- upstream: **vLLM {old.version}** (`{old.tag or old.commit}`, {old_commit[:12]}) → "
+        f"**vLLM {new.version}** (`{new.tag or new.commit}`, {new_commit[:12]})",
+        f"- source: `{source}`",
+        "- nothing was changed: not `patches/`, the pin, `build/vllm` nor the cache (beyond fetching the upstreams)",
+        "",
+    ]
+    out += forecast_section(survey)
+    out += ["Start the rebase with `invoke rebase --to " + (new.version if new.tag else new.commit) + "`.", ""]
+    return "\n".join(out)
 
 
 def _header(state: RebaseState, old: Pin, new: Pin, title: str) -> list[str]:
@@ -65,7 +153,29 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks) -> str:
     if _older(old, new):
         out.append(f"- note: {new.version} is older than {old.version}: this moves the fork back")
     out += [f"- patches: {len(results)} → {sum(1 for r in results if r.new_name)} ({summary or 'none'})", ""]
+    if state.forecast:
+        out += forecast_section(Survey.from_dict(state.forecast), results)
     out += ["## Patches", ""] + _table(results) + [""]
+    changed = [r for r in results if r.diff_change == "changed"]
+    refreshed = [r for r in results if r.diff_change == "refreshed"]
+    out += ["## Refreshed vs changed", ""]
+    out.append(
+        f"{len(changed)} changed (their `+`/`-` lines or message differ: read these), "
+        f"{len(refreshed)} refreshed (only line numbers or context moved), "
+        f"{sum(r.diff_change == 'unchanged' for r in results)} unchanged."
+    )
+    out += [""] + [f"- changed: `{r.new_name}` — {r.subject}" for r in changed] + ([""] if changed else [])
+    lost = [r for r in results if r.lost]
+    out += ["## Upstream content loss", ""]
+    if lost:
+        out.append("Upstream lines near these patches' hunks that the merged or resolved result no longer has:")
+        out.append("")
+        for r in lost:
+            out.append(f"- **{r.subject}** (`{r.new_name or r.name}`, {_MARK[r.outcome]})")
+            out += [f"  - {ln}" for ln in r.lost]
+    else:
+        out.append("None: every 3-way merge and hand resolution kept upstream's lines near the hunks.")
+    out.append("")
     dropped = [r for r in results if r.outcome in (DROPPED, SKIPPED)]
     out += ["## Dropped patches", ""]
     out += [f"- `{r.name}` — {r.subject}: {'; '.join(r.notes)}" for r in dropped] or ["None."]
@@ -135,8 +245,10 @@ def conflict_report(state: RebaseState, failure, root: Path) -> str:
     stopped = state.results[-1]
     total = len(state.queue)
     out = _header(state, old, new, f"Rebase onto vLLM {new.version}: stopped at a conflict")
+    out.append("")
+    if state.forecast:
+        out += forecast_section(Survey.from_dict(state.forecast), state.results)
     out += [
-        "",
         "## Conflict",
         "",
         f"Patch {state.next_index + 1} of {total}, **{stopped.subject}** (`{stopped.name}`), does not "

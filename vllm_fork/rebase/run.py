@@ -14,14 +14,18 @@ import tempfile
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.fs import write_atomic
 from vllm_fork.core.git import git, operation_in_progress, out, rev
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.queue.apply import APPLIED_MARK, UPSTREAM_REF, ensure_clean, prepare_tree
+from vllm_fork.queue.carry import drop_reason, upstream_status
 from vllm_fork.queue.patchfile import parse_patch
 from vllm_fork.queue.series import read_series
-from vllm_fork.rebase.classify import CONFLICT, RESOLVED, SKIPPED, PatchResult, classify
+from vllm_fork.rebase.blame import PYPI_NOTE, fetch_history
+from vllm_fork.rebase.classify import CONFLICT, DROPPED, RESOLVED, SKIPPED, THREE_WAY, PatchResult, classify
+from vllm_fork.rebase.contentloss import content_loss
 from vllm_fork.rebase.finish import finish
-from vllm_fork.rebase.report import conflict_report
+from vllm_fork.rebase.report import conflict_report, survey_report
 from vllm_fork.rebase.state import (
     ORIG_REF,
     Options,
@@ -34,9 +38,13 @@ from vllm_fork.rebase.state import (
     state_dir,
     write_report,
 )
+from vllm_fork.rebase.survey import Survey, survey
 from vllm_fork.rebase.target import commit_of, pin_to_dict, resolve_target
-from vllm_fork.upstream.pin import load_pin
-from vllm_fork.upstream.sources import ensure_upstream
+from vllm_fork.upstream.pin import Pin, load_pin
+from vllm_fork.upstream.sources import Upstream, ensure_upstream, upstream_repo
+
+#: Where `invoke rebase --survey` writes its report (outside build/rebase/, which a stopped rebase owns).
+SURVEY_REPORT = "rebase-survey.md"
 
 
 def _gitdir(tree: Path) -> Path:
@@ -125,6 +133,45 @@ def _seed_preimages(tree: Path, old_commit: str, patches: list[Path]) -> None:
                 break  # the old queue itself is broken here; `invoke check` says so
 
 
+def forecast(
+    patches: list[Path], old_pin: Pin, new_pin: Pin, old_up: Upstream, new_up: Upstream, remote: str | None
+) -> Survey:
+    """The survey of `patches` on the new upstream, with upstream blame where the source has history."""
+    blame_from, note = None, PYPI_NOTE.format(to=new_pin.commit if not new_pin.tag else new_pin.version)
+    if new_up.source == "git":
+        why = fetch_history(new_up.repo, remote or old_pin.git_remote, old_pin, new_pin)
+        if why:
+            note = f"Upstream blame: unavailable ({why})."
+        else:
+            blame_from = new_up.repo
+    return survey(patches, new_up.repo, old_up.commit, new_up.commit, new_pin.version, blame_from, note)
+
+
+def survey_only(
+    root: Path = REPO_ROOT,
+    to: str | None = None,
+    latest: bool = False,
+    source: str | None = None,
+    remote: str | None = None,
+) -> tuple[Survey, str, Path]:
+    """`invoke rebase --survey`: the forecast alone. Writes only build/rebase-survey.md."""
+    old_pin = load_pin(root)
+    source = source or old_pin.source
+    patches = read_series(root / "patches")
+    for patch in patches:
+        parse_patch(patch)
+    new_pin = resolve_target(old_pin, to, latest, source)
+    old_up = ensure_upstream(old_pin, source, remote)
+    new_up = ensure_upstream(new_pin, source, remote)
+    new_pin = new_pin.with_changes(commit=commit_of(new_pin, new_up))
+    result = forecast(patches, old_pin, new_pin, old_up, new_up, remote)
+    text = survey_report(result, old_pin, new_pin, source, old_up.commit, new_up.commit)
+    path = root / "build" / SURVEY_REPORT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text.encode())
+    return result, text, path
+
+
 def start(
     root: Path = REPO_ROOT,
     to: str | None = None,
@@ -177,6 +224,12 @@ def start(
     state.orig["root_head"] = out(root, "rev-parse", "HEAD")
     state.save(root)
     try:
+        state.forecast = forecast(state.queue_paths(root), old_pin, new_pin, old_up, new_up, remote).to_dict()
+        state.save(root)
+    except BaseException:
+        abort(root)
+        raise
+    try:
         if not (tree / ".git").exists():
             tree.mkdir(parents=True, exist_ok=True)
             git(tree, "init", "-q")
@@ -190,13 +243,35 @@ def start(
     return _run_queue(root, state)
 
 
+def _dropped_by_status(state: RebaseState, patch: Path) -> PatchResult | None:
+    """The patch's Upstream-Status says upstream has it by now: it leaves the queue unapplied."""
+    parsed = parse_patch(patch)
+    try:
+        status = upstream_status(parsed)
+    except ValueError:
+        return None  # malformed: `invoke check` says so; the patch is carried
+    repo = upstream_repo() if state.source == "git" else None  # the history a commit condition needs
+    drops, why = drop_reason(status, state.new_pin["version"], state.new_upstream, repo)
+    if not drops:
+        return None
+    return PatchResult(patch.name, parsed.subject, DROPPED, notes=[why])
+
+
 def _run_queue(root: Path, state: RebaseState) -> Outcome:
     tree = Path(state.tree)
     queue = state.queue_paths(root)
     while state.next_index < len(queue):
         patch = queue[state.next_index]
         state.stopped_head = out(tree, "rev-parse", "HEAD")
+        dropped = _dropped_by_status(state, patch)
+        if dropped is not None:
+            state.results.append(dropped)
+            state.next_index += 1
+            state.save(root)
+            continue
         result, failure = classify(tree, patch)
+        if result.outcome == THREE_WAY:
+            result.lost = content_loss(tree, parse_patch(patch), state.stopped_head, out(tree, "rev-parse", "HEAD"))
         if result.outcome == CONFLICT:
             state.results = [r for r in state.results if r.name != result.name] + [result]
             state.save(root)
@@ -245,6 +320,8 @@ def continue_(root: Path = REPO_ROOT) -> Outcome:
             )
         stopped.outcome = RESOLVED
         stopped.notes.append("conflict resolved by hand: review the resolution")
+        resolved = [p for p in state.queue_paths(root) if p.name == stopped.name][0]
+        stopped.lost = content_loss(tree, parse_patch(resolved), state.stopped_head, head)
     state.next_index += 1
     state.save(root)
     return _run_queue(root, state)
@@ -259,4 +336,4 @@ def abort(root: Path = REPO_ROOT) -> list[str]:
     return restored
 
 
-__all__ = ["Outcome", "Options", "PatchResult", "start", "continue_", "abort"]
+__all__ = ["Outcome", "Options", "PatchResult", "start", "continue_", "abort", "survey_only", "forecast"]

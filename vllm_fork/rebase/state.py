@@ -52,6 +52,7 @@ class RebaseState:
     results: list[PatchResult] = field(default_factory=list)
     next_index: int = 0
     stopped_head: str = ""
+    forecast: dict = field(default_factory=dict)  # the survey (survey.Survey.to_dict()) made before the first patch
 
     def save(self, root: Path) -> None:
         data = asdict(self)

@@ -116,10 +116,15 @@ def import_sdist(sdist: Path, repo: Path, version: str, sha256: str) -> str:
         return commit
 
 
+def git_ref(pin: Pin) -> str:
+    """Where the git source keeps a pin's commit in the cache repo."""
+    return f"refs/fork/git/{pin.tag or pin.commit}"
+
+
 def _fetch_git(pin: Pin, repo: Path, remote: str) -> str:
     # A pin without a tag names a bare commit (`invoke rebase --to <full commit id>`).
     want = f"refs/tags/{pin.tag}" if pin.tag else pin.commit
-    ref = f"refs/fork/git/{pin.tag or pin.commit}"
+    ref = git_ref(pin)
     with _locked(repo):
         proc = git(
             repo,
