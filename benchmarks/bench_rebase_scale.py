@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""The tool at fork scale: a generated 100-patch queue on the real vLLM tree, in one run.
+
+    python benchmarks/bench_rebase_scale.py [--to 0.32.0] [--count 100]
+
+Setup (untimed): a fork checkout of this repository's queue and pin, `invoke apply`,
+then `--count` small Python-only patches committed on top (tests/support/scale_queue.py:
+clean, stacked, 3-way, conflicting and drop-after ones, aimed at the hop to `--to`).
+Timed, in order: export, apply (warm tree), check, build (apply + wheel, warm ops cache),
+survey (`invoke rebase --survey`), and the full rebase hop to `--to` (every conflict
+"resolved" with `git am --skip`, the tool's time only), against the floor: one `git am`
+of the same queue onto the same upstream. Downloads are excluded (the shared cache
+holds the sdists and the official wheel). Targets: survey <= 15 s, check <= 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from support.scale_queue import generate  # noqa: E402
+from test_rebase_real import fork_copy  # noqa: E402
+
+from vllm_fork.core.git import git, operation_in_progress  # noqa: E402
+from vllm_fork.queue import apply as queue  # noqa: E402
+from vllm_fork.queue import check as check_mod  # noqa: E402
+from vllm_fork.queue.export import export  # noqa: E402
+from vllm_fork.queue.series import read_series  # noqa: E402
+from vllm_fork.rebase import run as rebase  # noqa: E402
+from vllm_fork.rebase.state import Options  # noqa: E402
+from vllm_fork.rebase.target import resolve_target  # noqa: E402
+from vllm_fork.upstream.pin import load_pin  # noqa: E402
+from vllm_fork.upstream.sources import ensure_upstream  # noqa: E402
+from vllm_fork.wheel.build import build  # noqa: E402
+
+TARGETS = {"survey_s": 15.0, "check_s": 5.0}
+
+
+def timed(fn):
+    start = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - start
+
+
+def commit_fork(root: Path, message: str) -> None:
+    ident = ["-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(root), *ident, "commit", "-qm", message], check=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--to", default="0.32.0")
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "rebase_scale.json")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-rebase-scale-") as tmp:
+        root = fork_copy(Path(tmp) / "fork")
+        tree = root / "build" / "vllm"
+        queue.apply(root)
+        pin = load_pin(root)
+        new_pin = resolve_target(pin, args.to, False, pin.source)
+        old_up, new_up = ensure_upstream(pin), ensure_upstream(new_pin)
+        generated = generate(tree, old_up.commit, new_up.commit, old_up.repo, count=args.count)
+        t: dict[str, float] = {}
+
+        names, t["export_s"] = timed(lambda: export(tree, root))
+        commit_fork(root, "the generated queue")
+        total = len(names)
+        _, t["apply_s"] = timed(lambda: queue.apply(root))
+        problems, t["check_s"] = timed(lambda: check_mod.check(root))
+        built, t["build_s"] = timed(lambda: build(root, log=lambda *a, **k: None))
+        survey, t["survey_s"] = timed(lambda: rebase.survey_only(root, to=args.to)[0])
+
+        # The floor: one `git am` of the same files onto the same upstream, in a fresh checkout.
+        floor_tree = Path(tmp) / "floor"
+        queue.prepare_tree(floor_tree, old_up, "", force=True, borrow_objects=True)
+        patches = read_series(root / "patches")
+        _, t["git_am_floor_s"] = timed(
+            lambda: git(floor_tree, "am", "--quiet", "--no-3way", *map(str, patches))
+        )
+
+        hop_s, stops = 0.0, 0
+        outcome, seconds = timed(lambda: rebase.start(root, to=args.to, options=Options(run_tests=False)))
+        hop_s += seconds
+        while not outcome.done:
+            stops += 1
+            if operation_in_progress(tree):
+                git(tree, "am", "--skip")  # the maintainer's decision, not the tool's time
+            outcome, seconds = timed(lambda: rebase.continue_(root))
+            hop_s += seconds
+        t["rebase_hop_s"] = hop_s
+        results = [r.outcome for r in outcome.state.results]
+
+    per_patch_ms = {k.replace("_s", "_ms_per_patch"): round(v * 1000 / total, 1) for k, v in t.items()}
+    forecast = {}
+    for f in survey.forecasts:
+        forecast[f.outcome] = forecast.get(f.outcome, 0) + 1
+    hop = {}
+    for r in results:
+        hop[r] = hop.get(r, 0) + 1
+    result = {
+        "command": f"python benchmarks/bench_rebase_scale.py --to {args.to} --count {args.count}",
+        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores (shared)",
+        "hop": f"{pin.version} -> {args.to}",
+        "patches": total,
+        "generated": {k: len(v) for k, v in generated.subjects.items()},
+        "seconds": {k: round(v, 2) for k, v in t.items()},
+        "per_patch": per_patch_ms,
+        "survey_forecast": forecast,
+        "survey_internal_s": round(survey.seconds, 2),
+        "rebase_hop_outcomes": hop,
+        "rebase_hop_conflict_stops": stops,
+        "check_problems": problems,
+        "build": {"wheel": Path(built.wheel).name, "route": built.record["route"]},
+        "targets": TARGETS,
+        "within_targets": t["survey_s"] <= TARGETS["survey_s"] and t["check_s"] <= TARGETS["check_s"],
+    }
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+    return 0 if result["within_targets"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
