@@ -6,7 +6,7 @@
 Setup (untimed): a fork checkout of this repository's queue and pin, `invoke apply`,
 then `--count` small Python-only patches committed on top (tests/support/scale_queue.py:
 clean, stacked, 3-way, conflicting and drop-after ones, aimed at the hop to `--to`).
-Timed, in order: export, apply (warm tree), check, build (apply + wheel, warm ops cache),
+Timed, in order: export, apply (warm tree), check (cold: first scratch tree; then warm), build (apply + wheel, warm ops cache),
 survey (`invoke rebase --survey`), and the full rebase hop to `--to` (every conflict
 "resolved" with `git am --skip`, the tool's time only), against the floor: one `git am`
 of the same queue onto the same upstream. Downloads are excluded (the shared cache
@@ -78,16 +78,18 @@ def main() -> int:
         commit_fork(root, "the generated queue")
         total = len(names)
         _, t["apply_s"] = timed(lambda: queue.apply(root))
+        _, t["check_cold_s"] = timed(lambda: check_mod.check(root))  # first time: makes its scratch tree
         problems, t["check_s"] = timed(lambda: check_mod.check(root))
         built, t["build_s"] = timed(lambda: build(root, log=lambda *a, **k: None))
         survey, t["survey_s"] = timed(lambda: rebase.survey_only(root, to=args.to)[0])
 
-        # The floor: one `git am` of the same files onto the same upstream, in a fresh checkout.
+        # The floor: one `git am` of the same files onto the same upstream, in a fresh checkout
+        # (--keep-cr as the tool: vLLM has CRLF files).
         floor_tree = Path(tmp) / "floor"
         queue.prepare_tree(floor_tree, old_up, "", force=True, borrow_objects=True)
         patches = read_series(root / "patches")
         _, t["git_am_floor_s"] = timed(
-            lambda: git(floor_tree, "am", "--quiet", "--no-3way", *map(str, patches))
+            lambda: git(floor_tree, "am", "--quiet", "--no-3way", "--keep-cr", *map(str, patches))
         )
 
         hop_s, stops = 0.0, 0
