@@ -261,14 +261,13 @@ def survey(
                 status = upstream_status(parsed)
             except ValueError:
                 status = None  # `invoke check` names a malformed trailer; the patch is tried as carried
-            if status is not None:
-                drops, why = drop_reason(status, new_version, new, blame_from)
-                if drops:
-                    forecasts.append(Forecast(patch.name, parsed.subject, DROPPED, notes=[why]))
-                    continue
+            drops, why = drop_reason(status, new_version, new, blame_from) if status else (False, "")
+            if drops:
+                forecasts.append(Forecast(patch.name, parsed.subject, DROPPED, notes=[why]))
+                continue
             forecast, to_blame = _try(scratch, tmp, series, patch, parsed, changed)
             if status is not None and status.kind != "carry":
-                forecast.notes.insert(0, f"Upstream-Status: {status}")
+                forecast.notes.insert(0, why or f"Upstream-Status: {status}")
             if forecast.outcome in (CONFLICT, GONE) and failed_before:
                 scratch.read_tree(alone, new)
                 solo, solo_blame = _try(scratch, tmp, alone, patch, parsed, changed)
