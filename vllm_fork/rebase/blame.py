@@ -37,7 +37,8 @@ def fetch_history(repo: Path, remote: str, old: Pin, new: Pin) -> str:
     for depth in (f"--shallow-exclude=refs/tags/{old.tag}", "--deepen=1"):
         proc = git(repo, "fetch", "--quiet", "--no-tags", depth, remote, f"+{want}:{ref}", check=False)
         if proc.returncode != 0:
-            return f"`git fetch {depth}` from {remote} failed: {proc.stderr.strip().splitlines()[-1:]}"
+            said = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            return f"`git fetch {depth}` from {remote} failed: {said}"
     return ""
 
 
