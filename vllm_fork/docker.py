@@ -340,15 +340,22 @@ def image_command(
     platform: str,
     push: bool,
     revision: str | None = None,
+    builder: str = "buildx",
 ) -> list[str]:
-    """`docker buildx build` for the final image from a staged wheel (route `dist`)."""
-    cmd = ["docker", "buildx", "build", "--file", str(root / DOCKERFILE), "--target", "image"]
+    """The build of the final image from the wheel staged in build/docker/dist (route `dist`).
+
+    `builder` is "buildx" (`docker buildx build`, loads or pushes) or "buildkit" (`docker
+    build` with DOCKER_BUILDKIT=1, which loads into the engine): the staged wheel is read
+    from the main build context, so neither needs named build contexts.
+    """
+    prefix = ["docker", "buildx", "build"] if builder == "buildx" else ["docker", "build"]
+    cmd = [*prefix, "--file", str(root / DOCKERFILE), "--target", "image"]
     cmd += ["--platform", platform]
-    cmd += ["--build-context", f"fork-dist={staged}"]
     cmd += _build_arg_flags({"WHEEL_FROM": "dist", **base, **image_labels(wheel, base, revision)})
     for tag in tags:
         cmd += ["--tag", tag]
-    cmd += ["--push"] if push else ["--load"]
+    if builder == "buildx":
+        cmd += ["--push"] if push else ["--load"]
     cmd.append(str(root))
     return cmd
 
@@ -399,7 +406,7 @@ def stage_seed(root: Path, pin: Pin, dest: Path) -> Path:
     Artifacts are the files named in ops-cache/index.json that this host's cache holds.
     """
     cache = cache_dir()
-    wanted = {pin.sdist.filename} | _index_filenames(root / "ops-cache" / "index.json")
+    wanted = {pin.sdist.filename} | _index_filenames(root)
     tmp = Path(tempfile.mkdtemp(dir=_mkdir(dest.parent), prefix=f".{dest.name}."))
     try:
         tmp.chmod(0o755)
@@ -421,27 +428,15 @@ def _mkdir(path: Path) -> Path:
     return path
 
 
-def _index_filenames(index: Path) -> set[str]:
-    """Every `filename` value anywhere in the ops cache index (its layout is the build's)."""
+def _index_filenames(root: Path) -> set[str]:
+    """The file name of every artifact in the ops cache index (`file`, as opscache writes it)."""
+    from . import opscache  # the index's reader and layout are opscache's
+
     try:
-        data = json.loads(index.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        artifacts = opscache.read_index(root)["artifacts"]
+    except ForkError:
         return set()
-    found: set[str] = set()
-
-    def walk(node):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "filename" and isinstance(value, str):
-                    found.add(os.path.basename(value))
-                else:
-                    walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(data)
-    return found
+    return {os.path.basename(entry["file"]) for entry in artifacts.values() if entry.get("file")}
 
 
 @dataclass(frozen=True)
@@ -461,6 +456,8 @@ def plan_image(
     platform: str | None = None,
     base_digest: str | None = None,
     allow_stale: bool = False,
+    builder: str = "buildx",
+    base_image_name: str | None = None,
 ) -> Plan:
     """Stage the wheel for the builder and form the final-image command (route `dist`).
 
@@ -479,6 +476,8 @@ def plan_image(
             )
         notes.append(f"warning: shipping a stale wheel:{detail}")
     base = base_image(root / DOCKERFILE, pin, base_digest)
+    if base_image_name:
+        base["VLLM_BASE_IMAGE"] = base_image_name
     if not base["VLLM_BASE_DIGEST"]:
         notes.append(
             f"note: the base {base_ref(base)} is pinned by tag only; pin its digest with "
@@ -494,6 +493,7 @@ def plan_image(
         platform=check_platform(platform, fork_wheel.platform),
         push=push,
         revision=fork_revision(root),
+        builder=builder,
     )
     return Plan([cmd], notes)
 
@@ -531,8 +531,8 @@ def require_buildx() -> None:
         )
 
 
-def run_command(cmd: list[str]) -> None:
+def run_command(cmd: list[str], env: dict[str, str] | None = None) -> None:
     print(f"+ {render(cmd)}", file=sys.stderr)
-    proc = subprocess.run(cmd, check=False)
+    proc = subprocess.run(cmd, check=False, env=env)
     if proc.returncode != 0:
-        raise ForkError(f"`docker buildx build` failed ({proc.returncode}); its output is above")
+        raise ForkError(f"`{' '.join(cmd[:3])}` failed ({proc.returncode}); its output is above")

@@ -9,6 +9,7 @@ from invoke import task
 
 from . import docker as img
 from .errors import ForkError
+from .image import engine as engines
 from .taskutil import user_errors
 
 
@@ -17,14 +18,17 @@ from .taskutil import user_errors
     iterable=["tag"],
     help={
         "tag": "image tag (repeatable; default vllm-fork/vllm-openai:<wheel version, + as ->)",
-        "push": "push to the registry instead of loading into the local engine",
+        "push": "append the delta layer to the base image in the registry, without a Docker engine "
+        "(each --tag is REGISTRY/REPO:TAG; the base must be in a registry: --base-image)",
         "platform": "target platform; must match the wheel (linux/amd64 for upstream's wheel)",
-        "dry_run": "print the exact docker buildx command(s) and stop",
+        "dry_run": "print the exact docker build command(s) and stop",
         "wheel": "the wheel to ship (default: the newest for the pin in dist/)",
         "wheel_from": "dist (a wheel made by `invoke build` here, default), build (invoke build "
         "inside Docker, cache hits only) or compile (the CUDA devel stage, for a cache miss)",
         "base_digest": "pin upstream's image by digest (sha256:...), overriding the Dockerfile's",
         "allow_stale": "ship a wheel built from another pin or series than the current one",
+        "base_image": "the base image's repository (default the Dockerfile's vllm/vllm-openai; "
+        "the tag is the pin's), e.g. a mirror or the stand-in base",
     },
 )
 def docker(
@@ -37,9 +41,11 @@ def docker(
     wheel_from="dist",
     base_digest=None,
     allow_stale=False,
+    base_image=None,
 ):
     """Build the deployment image: upstream's vllm/vllm-openai with the patched wheel."""
     with user_errors():
+        kind = engines.builder_kind()
         if wheel_from != "dist":
             if wheel:
                 raise ForkError("--wheel and --wheel-from build|compile exclude each other")
@@ -48,19 +54,30 @@ def docker(
                 print(img.render(cmd))
                 print(f"# then: invoke docker --wheel {out}/dist/<the wheel it wrote>" + _rest(tag, push, platform))
                 return
-            img.require_buildx()
-            img.run_command(cmd)
+            engine = engines.find_engine()
+            engines.require_named_contexts(engine, wheel_from)
+            img.run_command(cmd, engine.environ())
             built = sorted((out / "dist").glob("vllm-*.whl"))
             if len(built) != 1:
                 raise ForkError(f"the wheel stage wrote {len(built)} wheels to {out}/dist, expected one")
             wheel = built[0]
+        if push:
+            from .image import registry_push
+
+            registry_push.run(
+                wheel=Path(wheel) if wheel else None, tags=tag or [], platform=platform, base_digest=base_digest,
+                base_image=base_image, allow_stale=allow_stale, dry_run=dry_run,
+            )
+            return
         plan = img.plan_image(
             wheel=Path(wheel) if wheel else None,
             tags=tag or None,
-            push=push,
+            push=False,
             platform=platform,
             base_digest=base_digest,
             allow_stale=allow_stale,
+            builder=kind,
+            base_image_name=base_image,
         )
         for note in plan.notes:
             print(note, file=sys.stderr)
@@ -68,9 +85,10 @@ def docker(
             for cmd in plan.commands:
                 print(img.render(cmd))
             return
-        img.require_buildx()
+        engine = engines.find_engine()
+        print(f"building with {engine.describe()}", file=sys.stderr)
         for cmd in plan.commands:
-            img.run_command(cmd)
+            img.run_command([engine.client, *cmd[1:]], engine.environ())
 
 
 def _rest(tags, push, platform) -> str:
