@@ -350,7 +350,8 @@ def image_command(
     """
     prefix = ["docker", "buildx", "build"] if builder == "buildx" else ["docker", "build"]
     cmd = [*prefix, "--file", str(root / DOCKERFILE), "--target", "image"]
-    cmd += ["--platform", platform]
+    # The dist route's steps need no network (a local wheel, --no-deps): none is given.
+    cmd += ["--platform", platform, "--network=none"]
     cmd += _build_arg_flags({"WHEEL_FROM": "dist", **base, **image_labels(wheel, base, revision)})
     for tag in tags:
         cmd += ["--tag", tag]
