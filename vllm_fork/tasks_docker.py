@@ -45,7 +45,6 @@ def docker(
 ):
     """Build the deployment image: upstream's vllm/vllm-openai with the patched wheel."""
     with user_errors():
-        kind = engines.builder_kind()
         if wheel_from != "dist":
             if wheel:
                 raise ForkError("--wheel and --wheel-from build|compile exclude each other")
@@ -69,6 +68,7 @@ def docker(
                 base_image=base_image, allow_stale=allow_stale, dry_run=dry_run,
             )
             return
+        kind = engines.builder_kind()
         plan = img.plan_image(
             wheel=Path(wheel) if wheel else None,
             tags=tag or None,

@@ -74,7 +74,10 @@ def client_path() -> str | None:
 
 
 def has_buildx(client: str, env: dict[str, str]) -> bool:
-    proc = subprocess.run([client, "buildx", "version"], capture_output=True, env=env, check=False)
+    try:
+        proc = subprocess.run([client, "buildx", "version"], capture_output=True, env=env, check=False)
+    except OSError:  # no such client: no buildx either (find_engine says what is missing)
+        return False
     return proc.returncode == 0
 
 
