@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from vllm_fork import docker as img
-from vllm_fork import docker_stage
+from vllm_fork import docker_stage, opscache
 from vllm_fork.errors import ForkError
+from vllm_fork.image.engine import BUILDX, builder_kind
 from vllm_fork.gitutil import git
 from vllm_fork.paths import REPO_ROOT
 
@@ -48,17 +49,26 @@ def make_wheel(dest: Path, version: str = VERSION, name: str | None = None) -> P
     return path
 
 
-def make_record(wheel: Path, patches: dict[str, bytes], **extra) -> dict:
+def put_artifact(root: Path, key: str = "f" * 64, content: bytes = b"compiled") -> opscache.Entry:
+    """An ops artifact stored the way the build stores one (opscache.put), under `key`."""
+    (root / "ops-cache").mkdir(parents=True, exist_ok=True)
+    tmp = root / "artifact.zip"
+    with zipfile.ZipFile(tmp, "w") as zf:
+        zf.writestr("vllm/_C.abi3.so", content)
+    entry, _ = opscache.put(key, tmp, {"source": "test"}, root)
+    return entry
+
+
+def make_record(wheel: Path, patches: dict[str, bytes], entry: opscache.Entry, **extra) -> dict:
+    """A provenance record shaped as build.py writes it: `ops.artifact` is the index entry."""
     record = {
         "pin": {"version": "0.33.0", "tag": "v0.33.0", "commit": "4ba787ec9"},
         "series": {
             "label": "fork.abc123",
             "patches": [{"name": n, "sha256": hashlib.sha256(b).hexdigest()} for n, b in patches.items()],
         },
-        "ops": {
-            "key": "f" * 64,
-            "artifact": {"filename": "ops-ffff.zip", "sha256": "e" * 64, "remote": "https://user:s3cret@cache.example/ops"},
-        },
+        "ops": {"key": entry.key, "artifact": entry.to_json()},
+        "cache": {"remotes": ["https://user:s3cret@cache.example/ops"]},
         "route": "fast",
         "hit": True,
         "timings": {"total_s": 4.2},
@@ -69,7 +79,7 @@ def make_record(wheel: Path, patches: dict[str, bytes], **extra) -> dict:
 
 
 @pytest.fixture()
-def repo(tmp_path) -> Path:
+def repo(tmp_path, cache) -> Path:
     """A copy of this repository's tracked files (a real git repo) with a built wheel in dist/."""
     root = tmp_path / "fork"
     files = git(REPO_ROOT, "ls-files", "-z").stdout.split("\0")
@@ -82,12 +92,13 @@ def repo(tmp_path) -> Path:
     (root / "patches").mkdir(exist_ok=True)
     (root / "patches" / PATCH).write_bytes(patch)
     (root / "patches" / "series").write_text(PATCH + "\n")
+    entry = put_artifact(root)  # listed in ops-cache/index.json, committed below
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "fork")
     (root / "dist").mkdir()
     wheel = make_wheel(root / "dist")
-    make_record(wheel, {PATCH: patch})
+    make_record(wheel, {PATCH: patch}, entry)
     return root
 
 
@@ -107,9 +118,9 @@ def test_plan_stages_the_wheel_and_forms_the_command(repo):
     assert arg(cmd, "--target") == ["image"]
     assert arg(cmd, "--platform") == ["linux/amd64"]
     assert arg(cmd, "--tag") == ["vllm-fork/vllm-openai:0.33.0-fork.abc123"]
-    assert "--load" in cmd and "--push" not in cmd
+    assert "--load" in cmd and "--push" not in cmd and "--network=none" in cmd
     staged = repo / "build" / "docker" / "dist"
-    assert arg(cmd, "--build-context") == [f"fork-dist={staged}"]
+    assert arg(cmd, "--build-context") == []  # the wheel comes through the main context
     # The staged context holds exactly the wheel (a hard link, not a copy) and its record.
     assert sorted(p.name for p in staged.iterdir()) == [WHEEL, WHEEL + ".provenance.json"]
     assert (staged / WHEEL).stat().st_ino == (repo / "dist" / WHEEL).stat().st_ino
@@ -120,7 +131,8 @@ def test_plan_stages_the_wheel_and_forms_the_command(repo):
     assert args["FORK_PIN_COMMIT"] == "4ba787ec9"
     assert args["FORK_SERIES_LABEL"] == "fork.abc123"
     assert json.loads(args["FORK_SERIES_PATCHES"])[0]["name"] == PATCH
-    assert args["FORK_OPS_KEY"] == "f" * 64 and args["FORK_OPS_ARTIFACT_SHA256"] == "e" * 64
+    entry = opscache.lookup("f" * 64, repo)
+    assert args["FORK_OPS_KEY"] == "f" * 64 and args["FORK_OPS_ARTIFACT_SHA256"] == entry.sha256
     assert args["FORK_ROUTE"] == "fast"
     assert args["FORK_REVISION"] == git(repo, "rev-parse", "HEAD").stdout.strip()
     # Every build arg the command passes is declared in the Dockerfile (a typo would be ignored).
@@ -134,7 +146,7 @@ def test_record_credentials_never_reach_the_context(repo):
     staged = repo / "build" / "docker" / "dist" / (WHEEL + ".provenance.json")
     text = staged.read_text()
     assert "s3cret" not in text and "user" not in text
-    assert json.loads(text)["ops"]["artifact"]["remote"] == "https://cache.example/ops"
+    assert json.loads(text)["cache"]["remotes"] == ["https://cache.example/ops"]
     assert json.loads(text)["timings"] == {"total_s": 4.2}  # extra fields are kept
 
 
@@ -184,9 +196,9 @@ def test_no_wheel_or_no_record_says_what_to_run(repo):
 
 def test_newest_wheel_for_the_pin_is_chosen(repo):
     old = make_wheel(repo / "dist", "0.32.0+fork.old")
-    make_record(old, {})
+    make_record(old, {}, opscache.lookup("f" * 64, repo))
     newer = make_wheel(repo / "dist", "0.33.0+fork.def456")
-    make_record(newer, {PATCH: (repo / "patches" / PATCH).read_bytes()})
+    make_record(newer, {PATCH: (repo / "patches" / PATCH).read_bytes()}, opscache.lookup("f" * 64, repo))
     os.utime(newer, (2_000_000_000, 2_000_000_000))
     (cmd,) = img.plan_image(root=repo).commands
     assert build_args(cmd)["FORK_VERSION"] == "0.33.0+fork.def456"
@@ -203,7 +215,10 @@ def test_invoke_docker_dry_run_prints_the_exact_command(repo):
     assert proc.returncode == 0, proc.stderr
     (line,) = proc.stdout.splitlines()
     cmd = shlex.split(line)
-    assert cmd == img.plan_image(root=repo, tags=["reg.example/vllm:prod"]).commands[0]
+    # The builder this machine has: buildx where the client has the plugin, else `docker build`.
+    kind = builder_kind()
+    assert cmd == img.plan_image(root=repo, tags=["reg.example/vllm:prod"], builder=kind).commands[0]
+    assert cmd[:3] == (["docker", "buildx", "build"] if kind == BUILDX else ["docker", "build", "--file"])
     assert "pinned by tag only" in proc.stderr  # no digest in the Dockerfile yet: said so
 
 
@@ -215,18 +230,11 @@ def test_invoke_docker_without_buildx_fails_clearly(repo):
     assert "error:" in proc.stderr and "--dry-run" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_wheel_from_build_plans_the_wheel_stage(repo, tmp_path, monkeypatch):
-    cache = tmp_path / "cache"
+def test_wheel_from_build_plans_the_wheel_stage(repo, cache, tmp_path, monkeypatch):
     (cache / "downloads").mkdir(parents=True)
     (cache / "downloads" / "vllm-0.33.0.tar.gz").write_bytes(b"sdist")
     (cache / "downloads" / "unrelated.whl").write_bytes(b"x")
-    (cache / "ops" / "ab").mkdir(parents=True)
-    (cache / "ops" / "ab" / "ops-abcd.zip").write_bytes(b"artifact")
-    (repo / "ops-cache").mkdir(exist_ok=True)
-    (repo / "ops-cache" / "index.json").write_text(
-        json.dumps({"artifacts": {"abcd": {"filename": "ops-abcd.zip", "sha256": "0" * 64}}})
-    )
-    monkeypatch.setenv("VLLM_FORK_CACHE", str(cache))
+    artifact = opscache.ops_dir() / opscache.lookup("f" * 64, repo).file  # put by the repo fixture
     monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
     (tmp_path / "pip.conf").write_text("[global]\nindex-url = https://u:p@idx.example/simple\n")
     cmd, out = img.plan_wheel(root=repo, source="build")
@@ -236,7 +244,8 @@ def test_wheel_from_build_plans_the_wheel_stage(repo, tmp_path, monkeypatch):
     seed = repo / "build" / "docker" / "ops-seed"
     assert arg(cmd, "--build-context") == [f"ops-seed={seed}"]
     seeded = sorted(str(p.relative_to(seed)) for p in seed.rglob("*") if p.is_file())
-    assert seeded == ["downloads/vllm-0.33.0.tar.gz", "ops/ab/ops-abcd.zip"]
+    # The sdist and the artifact the index lists under `file` (as opscache.put writes it).
+    assert seeded == ["downloads/vllm-0.33.0.tar.gz", str(artifact.relative_to(cache))]
     # The same through invoke: the wheel stage's command, then how to finish.
     proc = subprocess.run(
         [sys.executable, "-m", "invoke", "docker", "--dry-run", "--wheel-from", "compile"],
@@ -262,20 +271,17 @@ def test_seed_cache_adds_only_what_is_missing(tmp_path):
     assert not [p for p in cache.rglob(".*")]  # no temp files left
 
 
-def test_collect_and_export_ops_inside_the_stage(tmp_path):
-    dist, out, cache = tmp_path / "dist", tmp_path / "out", tmp_path / "cache"
+def test_collect_and_export_ops_inside_the_stage(tmp_path, cache):
+    dist, out = tmp_path / "dist", tmp_path / "out"
     dist.mkdir()
     wheel = make_wheel(dist)
-    record = make_record(wheel, {})
-    artifact = cache / "ops" / "ff" / "ops-ffff.zip"
-    artifact.parent.mkdir(parents=True)
-    artifact.write_bytes(b"compiled")
-    record["ops"]["artifact"]["sha256"] = hashlib.sha256(b"compiled").hexdigest()
-    (dist / (WHEEL + ".provenance.json")).write_text(json.dumps(record))
+    entry = put_artifact(tmp_path / "fork")
+    make_record(wheel, {}, entry)
     assert docker_stage.main(["collect", str(dist), str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == [WHEEL, WHEEL + ".provenance.json"]
     assert docker_stage.main(["export-ops", str(out / (WHEEL + ".provenance.json")), str(cache), str(tmp_path / "ops")]) == 0
-    assert (tmp_path / "ops" / "ops" / "ff" / "ops-ffff.zip").read_bytes() == b"compiled"
+    exported = tmp_path / "ops" / "ops" / entry.file  # laid out as in the cache
+    assert exported.read_bytes() == (cache / "ops" / entry.file).read_bytes()
     make_wheel(dist, "0.33.0+fork.other")
     assert docker_stage.main(["collect", str(dist), str(tmp_path / "out2")]) == 1  # two wheels: refuse
 
