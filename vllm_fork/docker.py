@@ -519,19 +519,6 @@ def plan_wheel(
     return cmd, out
 
 
-def require_buildx() -> None:
-    """Fail early, and say what to install, when `docker buildx` cannot run here."""
-    if shutil.which("docker") is None:
-        raise ForkError("docker is not installed; `invoke docker --dry-run` prints the command to run elsewhere")
-    proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise ForkError(
-            "`docker buildx` is not available (install the docker-buildx plugin; BuildKit is "
-            "required for the Dockerfile's cache and bind mounts). `invoke docker --dry-run` "
-            "prints the command to run on a machine that has it."
-        )
-
-
 def run_command(cmd: list[str], env: dict[str, str] | None = None) -> None:
     print(f"+ {render(cmd)}", file=sys.stderr)
     proc = subprocess.run(cmd, check=False, env=env)

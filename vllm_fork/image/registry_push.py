@@ -394,11 +394,11 @@ class Pushed:
 
 
 def push_image(*, root: Path, pin: Pin, wheel: ForkWheel, base: str, tags: list[str], labels: dict[str, str],
-               platform: str, log=print) -> Pushed:
-    """Append the delta layer to `base` (REGISTRY/REPO:TAG) and tag the result as each of `tags`."""
+               platform: str, base_digest: str = "", log=print) -> Pushed:
+    """Append the delta layer to `base` (REGISTRY/REPO:TAG, read by `base_digest` when given)."""
     base_ref = Ref.parse(base)
     base_reg = base_ref.registry()
-    manifest_bytes, media = platform_manifest(base_reg, base_ref.tag, platform)
+    manifest_bytes, media = platform_manifest(base_reg, base_digest or base_ref.tag, platform)
     base_manifest = json.loads(manifest_bytes)
     base_config = json.loads(get_blob(base_reg, base_manifest["config"]["digest"]))
     base_labels = (base_config.get("config") or {}).get("Labels") or {}
@@ -486,7 +486,7 @@ def run(*, wheel: Path | None, tags: list[str], platform: str | None, base_diges
             f"then tag {', '.join(tags)}")
         return None
     pushed = push_image(root=root, pin=pin, wheel=fork_wheel, base=base_ref, tags=tags, labels=labels,
-                        platform=platform, log=log)
+                        platform=platform, base_digest=base["VLLM_BASE_DIGEST"], log=log)
     log(f"delta layer {pushed.layer_digest}: {pushed.files} files, {pushed.layer_size} bytes compressed")
     return pushed
 
