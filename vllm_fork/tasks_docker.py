@@ -55,7 +55,7 @@ def docker(
                 return
             engine = engines.find_engine()
             engines.require_named_contexts(engine, wheel_from)
-            img.run_command(cmd, engine.environ())
+            img.run_command([engine.client, *cmd[1:]], engine.environ())
             built = sorted((out / "dist").glob("vllm-*.whl"))
             if len(built) != 1:
                 raise ForkError(f"the wheel stage wrote {len(built)} wheels to {out}/dist, expected one")

@@ -61,8 +61,11 @@ class Engine:
     def run(self, *args: str, check: bool = True, capture: bool = True, input: bytes | None = None,
             timeout: float | None = None) -> subprocess.CompletedProcess:
         """`docker ARGS` against this engine; on failure a ForkError with the client's stderr."""
-        proc = subprocess.run([self.client, *args], env=self.environ(), capture_output=capture,
-                              input=input, timeout=timeout, check=False)
+        try:
+            proc = subprocess.run([self.client, *args], env=self.environ(), capture_output=capture,
+                                  input=input, timeout=timeout, check=False)
+        except OSError as exc:
+            raise ForkError(f"cannot run the docker client {self.client}: {exc.strerror}") from None
         if check and proc.returncode != 0:
             err = proc.stderr.decode(errors="replace").strip() if capture else "(output above)"
             raise ForkError(f"`docker {' '.join(args[:3])} ...` failed ({proc.returncode}): {err}")
@@ -95,8 +98,8 @@ def find_engine(host: str | None = None, client: str | None = None) -> Engine:
     Fails, naming what to install, when there is no Docker client or no engine answers.
     """
     client = client or client_path()
-    if client is None:
-        raise ForkError("docker is not installed; `invoke docker --dry-run` prints the command to run "
+    if client is None or shutil.which(client) is None:
+        raise ForkError(f"docker is not installed ({client or 'no `docker` on PATH'}); `invoke docker --dry-run` prints the command to run "
                         "elsewhere, or `invoke docker --push --tag REGISTRY/REPO:TAG` pushes without an engine")
     probe = Engine(client, BUILDKIT, host)
     kind = BUILDX if has_buildx(client, probe.environ()) else BUILDKIT
