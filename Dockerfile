@@ -74,11 +74,11 @@ FROM tooling AS wheel-build-run
 RUN --mount=type=cache,id=vllm-fork-cache,target=/cache,sharing=locked \
     --mount=type=bind,from=ops-seed,target=/seed \
     --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
-    python -m vllm_fork.docker_stage seed-cache /seed /cache \
+    python -m vllm_fork.image.stage seed-cache /seed /cache \
  && { invoke build || { echo >&2 "error: invoke build failed in the wheel stage (no CUDA toolkit here, by design)." \
         "On a cache miss: give the ops artifact with --build-context ops-seed=DIR, or build with" \
         "--build-arg WHEEL_FROM=compile (invoke docker --wheel-from compile)."; exit 1; }; } \
- && python -m vllm_fork.docker_stage collect dist /out
+ && python -m vllm_fork.image.stage collect dist /out
 
 FROM scratch AS wheel-build
 COPY --from=wheel-build-run /out/ /dist/
@@ -114,10 +114,10 @@ RUN --mount=type=cache,id=vllm-fork-cache,target=/cache,sharing=locked \
     --mount=type=cache,id=vllm-fork-sccache,target=/root/.cache/sccache \
     --mount=type=bind,from=ops-seed,target=/seed \
     --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
-    python -m vllm_fork.docker_stage seed-cache /seed /cache \
+    python -m vllm_fork.image.stage seed-cache /seed /cache \
  && invoke build \
- && python -m vllm_fork.docker_stage collect dist /out \
- && python -m vllm_fork.docker_stage export-ops /out/*.provenance.json /cache /ops
+ && python -m vllm_fork.image.stage collect dist /out \
+ && python -m vllm_fork.image.stage export-ops /out/*.provenance.json /cache /ops
 
 FROM scratch AS wheel-compile
 COPY --from=wheel-compile-run /out/ /dist/

@@ -1,80 +1,9 @@
-"""Invoke tasks: a thin layer over the vllm_fork package (`invoke --list`)."""
+"""Invoke tasks (`invoke --list`): the collection, assembled from vllm_fork.cli."""
 
-from __future__ import annotations
+from invoke import Collection
 
-import sys
+from vllm_fork.cli import build, docker, queue, rebase
 
-from invoke import Collection, Exit, Task, task
-
-from vllm_fork import check as check_mod
-from vllm_fork import queue, tasks_build, tasks_docker
-from vllm_fork.status import status_report
-from vllm_fork.tasks_rebase import rebase
-from vllm_fork.taskutil import run_or_exit as _run
-
-
-class _ApplyTask(Task):
-    """`--3way` as git spells it, besides invoke's own `--three-way`."""
-
-    def get_arguments(self, ignore_unknown_help=None):
-        args = super().get_arguments(ignore_unknown_help)
-        for arg in args:
-            if arg.name == "three_way":
-                arg.names = (*arg.names, "3way")
-        return args
-
-
-@task(
-    klass=_ApplyTask,
-    help={
-        "source": "where upstream comes from: pypi (default from upstream.toml) or git",
-        "remote": "git remote URL or path for --source git (default: upstream.toml)",
-        "force": "discard uncommitted or unexported work in build/vllm",
-        "three_way": "fall back to a 3-way merge when a patch does not apply",
-        "abort": "drop a stopped `git am` in build/vllm",
-        "continue_": "after resolving and staging a stopped patch, apply the rest",
-    },
-)
-def apply(c, source=None, remote=None, force=False, three_way=False, abort=False, continue_=False):
-    """Make build/vllm: the pinned upstream plus every patch in patches/series."""
-    if abort:
-        _run(queue.abort)
-        print("aborted: build/vllm is back where the stopped `git am` started; patches/ is untouched")
-        return
-    if continue_:
-        head = _run(queue.continue_am, queue.default_tree())
-    else:
-        head = _run(queue.apply, source=source, force=force, three_way=three_way, remote=remote)
-    print(f"build/vllm at {head}")
-
-
-@task
-def export(c):
-    """Write the commits above upstream in build/vllm back to patches/ and the series."""
-    names = _run(queue.export)
-    print(f"exported {len(names)} patch(es) to patches/")
-    for name in names:
-        print(f"  {name}")
-
-
-@task(help={"source": "pypi or git (default from upstream.toml)"})
-def check(c, source=None):
-    """CI gate: series/files agree, every patch applies strictly, export round-trips, messages say why."""
-    problems = _run(check_mod.check, source=source)
-    if problems:
-        print(f"check: {len(problems)} problem(s)", file=sys.stderr)
-        for problem in problems:
-            print(f"  - {problem}", file=sys.stderr)
-        raise Exit(code=1)
-    print("check: ok")
-
-
-@task(help={"source": "pypi or git (default from upstream.toml)"})
-def status(c, source=None):
-    """The pin, the source, and each patch with the files it touches."""
-    print(_run(status_report, source=source))
-
-
-ns = Collection(apply, export, check, status, tasks_build.build, tasks_build.verify, tasks_build.ops)
-ns.add_task(tasks_docker.docker)
-ns.add_task(rebase)
+ns = Collection(queue.apply, queue.export, queue.check, queue.status, build.build, build.verify, build.ops)
+ns.add_task(docker.docker)
+ns.add_task(rebase.rebase)

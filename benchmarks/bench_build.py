@@ -28,10 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vllm_fork.build import build, seed_cache  # noqa: E402
-from vllm_fork.opskey import compute_key  # noqa: E402
-from vllm_fork.paths import cache_dir, default_tree  # noqa: E402
-from vllm_fork.pylayer import open_layer  # noqa: E402
+from vllm_fork.core.paths import cache_dir, default_tree  # noqa: E402
+from vllm_fork.ops.key import compute_key  # noqa: E402
+from vllm_fork.wheel.build import build, seed_cache  # noqa: E402
+from vllm_fork.wheel.pylayer import open_layer  # noqa: E402
 
 
 def timed(cmd, cwd, env=None) -> float:
@@ -105,7 +105,9 @@ def main() -> None:
             slow = build(ROOT, route="precompiled", apply=False, out_dir=tmp / "precompiled")
             results["fast_route_s"] = fast.record["timings"]["total"]
             results["precompiled_route_s"] = slow.record["timings"]["total"]
-            results["precompiled_over_fast"] = round(slow.record["timings"]["total"] / fast.record["timings"]["total"], 1)
+            results["precompiled_over_fast"] = round(
+                slow.record["timings"]["total"] / fast.record["timings"]["total"], 1
+            )
             results["identical_members"] = members(fast.wheel) == members(slow.wheel)
 
     (ROOT / "benchmarks" / "results" / "build.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -27,11 +27,11 @@ BUDGET_S = 30.0
 
 
 def main() -> int:
-    from vllm_fork.download import fetch
-    from vllm_fork.paths import cache_dir
-    from vllm_fork.pin import load_pin
-    from vllm_fork.pkgindex import list_files
-    from vllm_fork.rebase_target import release_versions
+    from vllm_fork.core.paths import cache_dir
+    from vllm_fork.rebase.target import release_versions
+    from vllm_fork.upstream.download import fetch
+    from vllm_fork.upstream.pin import load_pin
+    from vllm_fork.upstream.pkgindex import list_files
 
     shared = cache_dir()
     pin = load_pin(ROOT)
@@ -47,17 +47,21 @@ def main() -> int:
         for name in (prev_sdist.filename, pin.sdist.filename):
             os.symlink(shared / "downloads" / name, tmp / "cache" / "downloads" / name)
         from test_rebase_real import fork_copy
-        from vllm_fork import check as check_mod
-        from vllm_fork import queue, rebase
-        from vllm_fork.rebase_state import Options
+
+        from vllm_fork.queue import apply as queue
+        from vllm_fork.queue import check as check_mod
+        from vllm_fork.rebase import run as rebase
+        from vllm_fork.rebase.state import Options
 
         root = fork_copy(tmp / "fork")
         queue.apply(root)  # the user's state before a rebase: imports the pinned sdist
-        from vllm_fork.pin import Artifact
-        from vllm_fork.upstream import ensure_upstream
+        from vllm_fork.upstream.pin import Artifact
+        from vllm_fork.upstream.sources import ensure_upstream
 
         t0 = time.perf_counter()
-        ensure_upstream(pin.with_changes(version=previous, sdist=Artifact(prev_sdist.filename, prev_sdist.sha256)), "pypi")
+        ensure_upstream(
+            pin.with_changes(version=previous, sdist=Artifact(prev_sdist.filename, prev_sdist.sha256)), "pypi"
+        )
         imported = time.perf_counter() - t0
         t0 = time.perf_counter()
         down = rebase.start(root, to=previous, options=Options(run_tests=False))

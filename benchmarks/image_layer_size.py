@@ -40,9 +40,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vllm_fork.download import fetch  # noqa: E402
-from vllm_fork.gitutil import git  # noqa: E402
-from vllm_fork.pin import load_pin  # noqa: E402
+from vllm_fork.core.git import git  # noqa: E402
+from vllm_fork.upstream.download import fetch  # noqa: E402
+from vllm_fork.upstream.pin import load_pin  # noqa: E402
 
 SCRIPT = REPO / "scripts" / "image_delta.py"
 
@@ -90,10 +90,12 @@ def fork_wheel(official: Path, tree: Path, version: str, label: str, dest: Path)
 def gz_tar_size(paths: list[Path]) -> tuple[int, int]:
     """(uncompressed bytes of the files, gzip size of a tar of them)."""
     buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=6, mtime=0) as gz:
-        with tarfile.open(fileobj=gz, mode="w") as tar:
-            for path in paths:
-                tar.add(path, recursive=False)
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=6, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w") as tar,
+    ):
+        for path in paths:
+            tar.add(path, recursive=False)
     return sum(p.stat().st_size for p in paths), len(buf.getvalue())
 
 
@@ -123,8 +125,11 @@ def main() -> int:
         run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", official], env=env)
         site = next((env_dir / "lib").glob("python3.*/site-packages"))
         run([py, "-m", "compileall", "-q", "-j", "2", site / "vllm"], env=env)
-        package = [p for p in [*(site / "vllm").rglob("*"), *(site / f"vllm-{pin.version}.dist-info").rglob("*")]
-                   if p.is_file()]
+        package = [
+            p
+            for p in [*(site / "vllm").rglob("*"), *(site / f"vllm-{pin.version}.dist-info").rglob("*")]
+            if p.is_file()
+        ]
         whole = gz_tar_size(package)
         t_base = time.monotonic() - t0
 
@@ -139,7 +144,9 @@ def main() -> int:
         delta = gz_tar_size(delta_files)
         compiled = []
         for source in manifest["compile"]:  # what `apply` adds: bytecode of the changed sources
-            out = run([py, "-c", "import py_compile, sys; print(py_compile.compile(sys.argv[1], doraise=True))", source])
+            out = run(
+                [py, "-c", "import py_compile, sys; print(py_compile.compile(sys.argv[1], doraise=True))", source]
+            )
             compiled.append(Path(out.stdout.strip()))
         layer = gz_tar_size(delta_files + compiled)
         result = {
@@ -153,10 +160,15 @@ def main() -> int:
                 "added": [p.split("site-packages/", 1)[-1] for p in manifest["added"]],
                 "removed": [p.split("site-packages/", 1)[-1] for p in manifest["removed"]],
                 "kept_bytecode": manifest["kept_bytecode"],
-                "files": len(delta_files), "bytes": delta[0], "gzip_tar_bytes": delta[1],
+                "files": len(delta_files),
+                "bytes": delta[0],
+                "gzip_tar_bytes": delta[1],
             },
-            "layer_with_bytecode": {"files": len(delta_files) + len(compiled), "bytes": layer[0],
-                                    "gzip_tar_bytes": layer[1]},
+            "layer_with_bytecode": {
+                "files": len(delta_files) + len(compiled),
+                "bytes": layer[0],
+                "gzip_tar_bytes": layer[1],
+            },
             "ratio_whole_over_layer_gzip": round(whole[1] / layer[1], 1),
             "seconds": {"base_install_and_compile": round(t_base, 1), "snapshot_install_diff": round(t_delta, 1)},
             "diff_summary": diff,

@@ -24,12 +24,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vllm_fork import check as check_mod  # noqa: E402
-from vllm_fork import queue  # noqa: E402
-from vllm_fork.download import fetch  # noqa: E402
-from vllm_fork.pin import load_pin  # noqa: E402
-from vllm_fork.series import read_series  # noqa: E402
-from vllm_fork.upstream import import_sdist, upstream_repo  # noqa: E402
+from vllm_fork.queue import apply as queue  # noqa: E402
+from vllm_fork.queue import check as check_mod  # noqa: E402
+from vllm_fork.queue.series import read_series  # noqa: E402
+from vllm_fork.upstream.download import fetch  # noqa: E402
+from vllm_fork.upstream.pin import load_pin  # noqa: E402
+from vllm_fork.upstream.sources import import_sdist, upstream_repo  # noqa: E402
 
 
 def timed(fn) -> float:
@@ -41,8 +41,9 @@ def timed(fn) -> float:
 def naive_import(sdist: Path, work: Path) -> None:
     work.mkdir()
     subprocess.run(["tar", "xzf", str(sdist), "-C", str(work), "--strip-components=1"], check=True)
-    env = dict(os.environ, GIT_AUTHOR_NAME="x", GIT_AUTHOR_EMAIL="x@x", GIT_COMMITTER_NAME="x",
-               GIT_COMMITTER_EMAIL="x@x")
+    env = dict(
+        os.environ, GIT_AUTHOR_NAME="x", GIT_AUTHOR_EMAIL="x@x", GIT_COMMITTER_NAME="x", GIT_COMMITTER_EMAIL="x@x"
+    )
     for args in (["init", "-q"], ["add", "-f", "-A"], ["commit", "-qm", "import"]):
         subprocess.run(["git", "-C", str(work), *args], check=True, env=env)
 
@@ -74,17 +75,18 @@ def main() -> None:
             dest = tmp / "by-hand"
             shutil.rmtree(dest, ignore_errors=True)
             subprocess.run(["git", "clone", "-q", str(tmp / "naive"), str(dest)], check=True)
-            subprocess.run(["git", "-C", str(dest), "-c", "user.name=x", "-c", "user.email=x@x",
-                            "am", "-q", *patches], check=True)
+            subprocess.run(
+                ["git", "-C", str(dest), "-c", "user.name=x", "-c", "user.email=x@x", "am", "-q", *patches], check=True
+            )
 
         results["clone_and_am_by_hand_s"] = timed(clone_and_am)
         results["check_cold_s"] = timed(lambda: check_mod.check(root))
         results["check_warm_s"] = timed(lambda: check_mod.check(root))
     results = {k: round(v, 3) for k, v in results.items()}
     results["ratio_import_naive_over_fast"] = round(
-        results["import_tar_git_add_s"] / results["import_fast_import_s"], 2)
-    results["ratio_by_hand_over_warm_apply"] = round(
-        results["clone_and_am_by_hand_s"] / results["apply_warm_s"], 2)
+        results["import_tar_git_add_s"] / results["import_fast_import_s"], 2
+    )
+    results["ratio_by_hand_over_warm_apply"] = round(results["clone_and_am_by_hand_s"] / results["apply_warm_s"], 2)
     record = {
         "command": "python benchmarks/queue_speed.py",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",

@@ -136,8 +136,7 @@ def diff(before_path: str, out: str, name: str) -> dict:
     added = sorted(p for p in new if p not in old)
     # Bytecode pip removed although its source is unchanged stays valid: keep it.
     kept = {
-        p for p in old
-        if p not in new and (src := source_of(p)) is not None and src in new and old.get(src) == new[src]
+        p for p in old if p not in new and (src := source_of(p)) is not None and src in new and old.get(src) == new[src]
     }
     to_compile = sorted(p for p in changed + added if p.endswith(".py"))
     compiled = {b for p in to_compile if (b := bytecode_of(p))}
@@ -166,8 +165,11 @@ def diff(before_path: str, out: str, name: str) -> dict:
     write_atomic(os.path.join(out, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
     if after["root"] != before["root"]:
         # Still correct, but the delta is then the whole package: say why in the build log.
-        print(f"warning: pip installed {name} into {after['root']}, upstream's is in {before['root']}; "
-              "nothing is shared with the base", file=sys.stderr)
+        print(
+            f"warning: pip installed {name} into {after['root']}, upstream's is in {before['root']}; "
+            "nothing is shared with the base",
+            file=sys.stderr,
+        )
     return manifest
 
 
@@ -259,9 +261,7 @@ print(json.dumps({"version": m.version(name), "dists": found}))
 
 def verify(name: str, version: str, expect_version: str | None) -> None:
     """In a fresh interpreter (no stale metadata caches): one dist of `name`, at `version`."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _VERIFY, name], capture_output=True, text=True, check=False
-    )
+    proc = subprocess.run([sys.executable, "-c", _VERIFY, name], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise DeltaError(f"could not read {name}'s metadata after applying the delta:\n{proc.stderr}")
     seen = json.loads(proc.stdout)

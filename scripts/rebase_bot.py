@@ -23,11 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vllm_fork import rebase  # noqa: E402
-from vllm_fork.errors import ForkError  # noqa: E402
-from vllm_fork.pin import load_pin  # noqa: E402
-from vllm_fork.rebase_state import Options, in_progress  # noqa: E402
-from vllm_fork.rebase_target import latest_version  # noqa: E402
+from vllm_fork.core.errors import ForkError  # noqa: E402
+from vllm_fork.rebase import run as rebase  # noqa: E402
+from vllm_fork.rebase.state import Options, in_progress  # noqa: E402
+from vllm_fork.rebase.target import latest_version  # noqa: E402
+from vllm_fork.upstream.pin import load_pin  # noqa: E402
 
 PAUSE_FILE = ".rebase-bot-pause"
 LABEL = "rebase-bot"
@@ -82,9 +82,23 @@ def publish(root: Path, branch: str, report: Path, title: str) -> str:
         url = mine[0]["url"]
     else:
         base = os.environ.get("REBASE_BOT_BASE", "main")
-        url = gh("pr", "create", "--base", base, "--head", branch, "--title", title,
-                 "--body-file", str(report), "--label", LABEL).strip()
-    for old in json.loads(gh("pr", "list", "--state", "open", "--label", LABEL, "--json", "number,headRefName") or "[]"):
+        url = gh(
+            "pr",
+            "create",
+            "--base",
+            base,
+            "--head",
+            branch,
+            "--title",
+            title,
+            "--body-file",
+            str(report),
+            "--label",
+            LABEL,
+        ).strip()
+    for old in json.loads(
+        gh("pr", "list", "--state", "open", "--label", LABEL, "--json", "number,headRefName") or "[]"
+    ):
         if old["headRefName"] != branch:
             gh("pr", "close", str(old["number"]), "--comment", f"Superseded by {url}.", check=False)
     return url
@@ -95,8 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--to", help="a version, tag or commit instead of the newest release")
     ap.add_argument("--source", choices=("pypi", "git"))
     ap.add_argument("--skip-tests", action="store_true")
-    ap.add_argument("--seed", action="store_true",
-                    help="seed the ops cache when the compiled inputs changed (publish it with `invoke ops.publish`)")
+    ap.add_argument(
+        "--seed",
+        action="store_true",
+        help="seed the ops cache when the compiled inputs changed (publish it with `invoke ops.publish`)",
+    )
     ap.add_argument("--root", type=Path, default=ROOT, help="the fork checkout (default: this one)")
     ap.add_argument("--no-publish", action="store_true", help="never push or touch pull requests")
     args = ap.parse_args(argv)
@@ -116,9 +133,12 @@ def main(argv: list[str] | None = None) -> int:
             log(f"already on the newest release, vLLM {pin.version}; nothing to do")
             return 0
         log(f"rebasing vLLM {pin.version} -> {target}")
-        outcome = rebase.start(root, to=target, source=args.source,
-                               options=Options(run_tests=not args.skip_tests, replace_branch=True,
-                                               seed=args.seed))
+        outcome = rebase.start(
+            root,
+            to=target,
+            source=args.source,
+            options=Options(run_tests=not args.skip_tests, replace_branch=True, seed=args.seed),
+        )
     except ForkError as exc:
         log(f"error: {exc}")
         return 1

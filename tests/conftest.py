@@ -6,8 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from forkrepo import ForkRepo, make_upstream_repo
+from support.forkrepo import ForkRepo, make_upstream_repo
 
 
 @pytest.fixture
@@ -32,7 +31,7 @@ def fork(tmp_path, cache, upstream_remote) -> ForkRepo:
 @pytest.fixture(scope="session")
 def real_cache() -> Path:
     """The shared cache holding the real vLLM downloads (fetched once, reused)."""
-    from vllm_fork.paths import cache_dir
+    from vllm_fork.core.paths import cache_dir
 
     return cache_dir()
 

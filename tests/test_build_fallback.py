@@ -12,15 +12,17 @@ import zipfile
 from collections import Counter
 
 import pytest
-from buildtrees import fork_root
-from forkrepo import sh
+from support.buildtrees import fork_root
+from support.forkrepo import sh
 
-from vllm_fork import provenance, queue
-from vllm_fork.build import build
-from vllm_fork.paths import default_tree
-from vllm_fork.pin import load_pin
-from vllm_fork.seed import official_wheel
-from vllm_fork.verify import verify
+from vllm_fork.core.paths import default_tree
+from vllm_fork.ops.seed import official_wheel
+from vllm_fork.queue import apply as queue
+from vllm_fork.queue.export import export as export_queue
+from vllm_fork.upstream.pin import load_pin
+from vllm_fork.wheel import provenance
+from vllm_fork.wheel.build import build
+from vllm_fork.wheel.verify import verify
 
 pytestmark = pytest.mark.slow
 
@@ -34,9 +36,18 @@ def test_a_requirements_patch_falls_back_to_the_precompiled_route(tmp_path, capf
     tree = default_tree(root)
     with open(tree / "requirements" / "common.txt", "a") as fh:
         fh.write(ADDED)
-    sh(tree, "git", "-c", "user.name=Fork Dev", "-c", "user.email=dev@fork.example", "commit", "-qam",
-       "[Deps] Require xxhash")
-    names = queue.export(tree, root)
+    sh(
+        tree,
+        "git",
+        "-c",
+        "user.name=Fork Dev",
+        "-c",
+        "user.email=dev@fork.example",
+        "commit",
+        "-qam",
+        "[Deps] Require xxhash",
+    )
+    names = export_queue(tree, root)
     assert names[:-1] == real_series and names[-1].startswith(f"{len(real_series) + 1:04d}-")
     capfd.readouterr()
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from buildtrees import commit, fork_root, make_tree
+from support.buildtrees import commit, fork_root, make_tree
 
-from vllm_fork import build as build_mod
-from vllm_fork.errors import ForkError
-from vllm_fork.wheel_precompiled import cuda_toolkit
+from vllm_fork.core.errors import ForkError
+from vllm_fork.wheel import build as build_mod
+from vllm_fork.wheel.precompiled import cuda_toolkit
 
 
 def test_miss_without_toolkit_names_the_patches_and_ways_forward(tmp_path, cache, monkeypatch):

@@ -15,16 +15,18 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from buildtrees import fork_root
+from support.buildtrees import fork_root
 
-from vllm_fork import opscache, provenance, queue
-from vllm_fork.build import build, seed_cache
-from vllm_fork.opskey import compute_key, patches_touching_inputs
-from vllm_fork.paths import REPO_ROOT, default_tree
-from vllm_fork.pin import load_pin
-from vllm_fork.seed import is_precompiled_member, official_wheel
-from vllm_fork.verify import verify
-from vllm_fork.zipraw import copy_raw
+from vllm_fork.core.paths import REPO_ROOT, default_tree
+from vllm_fork.core.zipraw import copy_raw
+from vllm_fork.ops import cache as opscache
+from vllm_fork.ops.key import compute_key, patches_touching_inputs
+from vllm_fork.ops.seed import is_precompiled_member, official_wheel
+from vllm_fork.queue import apply as queue
+from vllm_fork.upstream.pin import load_pin
+from vllm_fork.wheel import provenance
+from vllm_fork.wheel.build import build, seed_cache
+from vllm_fork.wheel.verify import verify
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +64,7 @@ def test_seed_copies_exactly_the_precompiled_members_raw(real_root):
     committed = json.loads((REPO_ROOT / "ops-cache" / "index.json").read_text())["artifacts"][RELEASE_KEY]
     assert entry.sha256 == committed["sha256"]  # seeding is deterministic: same artifact on every machine
     # the member hashes taken from the official wheel's RECORD are those of the artifact's members
-    computed = hashlib.sha256(opscache._record_bytes(opscache.member_record(artifact))).hexdigest()
+    computed = hashlib.sha256(opscache.record_bytes(opscache.member_record(artifact))).hexdigest()
     assert entry.record_sha256 == computed == committed["record_sha256"]
     with zipfile.ZipFile(official_wheel(load_pin(real_root))) as wheel, zipfile.ZipFile(artifact) as art:
         expected = [i for i in wheel.infolist() if is_precompiled_member(i.filename)]
@@ -127,7 +129,7 @@ def _link_cache(shared: Path, fresh: Path) -> None:
 
 
 def test_two_builds_sharing_one_fresh_cache(tmp_path, real_root):
-    from vllm_fork.paths import cache_dir
+    from vllm_fork.core.paths import cache_dir
 
     fresh = tmp_path / "cache"
     _link_cache(cache_dir(), fresh)
@@ -135,12 +137,16 @@ def test_two_builds_sharing_one_fresh_cache(tmp_path, real_root):
     # Both builds share one index (a clone's own ops-cache/), so point the second at the first's.
     (roots[1] / "ops-cache").rename(roots[1] / "ops-cache-unused")
     (roots[1] / "ops-cache").symlink_to(roots[0] / "ops-cache")
-    script = "import sys; from pathlib import Path; from vllm_fork.build import build; print(build(root=Path(sys.argv[1])).wheel)"
+    script = "import sys; from pathlib import Path; from vllm_fork.wheel.build import build; print(build(root=Path(sys.argv[1])).wheel)"
     env = {**os.environ, "VLLM_FORK_CACHE": str(fresh), "PYTHONPATH": str(REPO_ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in roots]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(r)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for r in roots
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
     wheels = [Path(out.strip().splitlines()[-1]) for out, _ in outs]
     assert opscache.sha256_file(wheels[0]) == opscache.sha256_file(wheels[1])
@@ -165,7 +171,7 @@ def test_two_builds_sharing_one_fresh_cache(tmp_path, real_root):
 
 
 def test_corrupt_python_layer_is_rebuilt_and_the_wheel_is_unchanged(tmp_path, real_root, fast_build, capfd):
-    from vllm_fork.paths import cache_dir
+    from vllm_fork.core.paths import cache_dir
 
     # A private cache (the shared one's artifact hard-linked, its build env and metadata linked)
     # so corrupting the layer touches nothing other builds use.

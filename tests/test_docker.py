@@ -18,15 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from support.fork_copy import copy_repository, fork_with_wheel
 
-from vllm_fork import docker as img
-from vllm_fork import docker_stage, opscache
-from vllm_fork.errors import ForkError
+from vllm_fork.core.errors import ForkError
+from vllm_fork.core.git import git
+from vllm_fork.image import plan as img
+from vllm_fork.image import stage as docker_stage
 from vllm_fork.image.engine import BUILDX, builder_kind
-from vllm_fork.gitutil import git
-from vllm_fork.paths import REPO_ROOT
+from vllm_fork.ops import cache as opscache
 
 pytestmark = pytest.mark.slow  # the real wheel (the shared cache; seconds when warm)
 
@@ -131,8 +130,11 @@ def test_record_credentials_never_reach_the_context(repo, real):
 def test_tags_push_platform_and_digest(repo):
     digest = "sha256:" + "a" * 64
     (cmd,) = img.plan_image(
-        root=repo, tags=["reg.example/vllm:prod", "reg.example/vllm:1"], push=True,
-        platform="linux/amd64", base_digest=digest,
+        root=repo,
+        tags=["reg.example/vllm:prod", "reg.example/vllm:1"],
+        push=True,
+        platform="linux/amd64",
+        base_digest=digest,
     ).commands
     assert arg(cmd, "--tag") == ["reg.example/vllm:prod", "reg.example/vllm:1"]
     assert "--push" in cmd and "--load" not in cmd
@@ -183,9 +185,7 @@ def test_newest_wheel_for_the_pin_is_chosen(repo, real):
 
 
 def run_invoke(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "invoke", "docker", *args], cwd=repo, capture_output=True, text=True
-    )
+    return subprocess.run([sys.executable, "-m", "invoke", "docker", *args], cwd=repo, capture_output=True, text=True)
 
 
 def test_invoke_docker_dry_run_prints_the_exact_command(repo):
@@ -229,7 +229,10 @@ def test_wheel_from_build_plans_the_wheel_stage(repo, real, cache, tmp_path, mon
     # The same through invoke: the wheel stage's command, then how to finish.
     proc = subprocess.run(
         [sys.executable, "-m", "invoke", "docker", "--dry-run", "--wheel-from", "compile"],
-        cwd=repo, capture_output=True, text=True, env={**os.environ},
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ},
     )
     assert proc.returncode == 0, proc.stderr
     first, then = proc.stdout.splitlines()
@@ -248,7 +251,7 @@ def test_seed_cache_adds_only_what_is_missing(tmp_path):
     assert added == [Path("downloads/b")]
     assert (cache / "downloads" / "a").read_bytes() == b"cached-a"
     assert (cache / "downloads" / "b").read_bytes() == b"seed-b"
-    assert not [p for p in cache.rglob(".*")]  # no temp files left
+    assert not list(cache.rglob(".*"))  # no temp files left
 
 
 def test_collect_and_export_ops_inside_the_stage(tmp_path, real, real_cache):

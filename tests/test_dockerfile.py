@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.docker import _logical_lines, dockerfile_args
-from vllm_fork.paths import REPO_ROOT
+from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.image.dockerfile import dockerfile_args, logical_lines
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 
@@ -28,7 +28,7 @@ def stages(text: str) -> dict[str, dict]:
     """Stage name -> {"from": base, "lines": [instructions]} in file order."""
     result: dict[str, dict] = {}
     current = None
-    for line in _logical_lines(text):
+    for line in logical_lines(text):
         if line.upper().startswith("FROM "):
             match = re.fullmatch(r"FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line, re.I)
             assert match, line
@@ -89,8 +89,11 @@ def test_delta_stage_installs_the_wheel_with_no_deps_over_the_same_base(st):
     (run,) = instr(delta, "RUN")
     assert "--mount=type=bind,from=wheel,source=/dist,target=/tmp/fork-dist" in run
     script = "python3 /opt/image-delta/image_delta.py"
-    steps = [run.index(f"{script} snapshot "), run.index("pip install --no-deps --no-compile --no-cache-dir"),
-             run.index(f"{script} diff ")]
+    steps = [
+        run.index(f"{script} snapshot "),
+        run.index("pip install --no-deps --no-compile --no-cache-dir"),
+        run.index(f"{script} diff "),
+    ]
     assert steps == sorted(steps), "snapshot, then pip's install, then the diff"
     assert "--mount=type=cache" not in run and "--mount=type=secret" not in run
 
@@ -122,8 +125,8 @@ def test_entrypoint_and_healthcheck(st):
 @pytest.mark.slow
 def test_entrypoint_is_upstreams(st):
     """Same server entrypoint as upstream's vllm-openai target in the pinned release's own Dockerfile."""
-    from vllm_fork.download import fetch
-    from vllm_fork.pin import load_pin
+    from vllm_fork.upstream.download import fetch
+    from vllm_fork.upstream.pin import load_pin
 
     pin = load_pin()
     sdist = fetch("vllm", pin.sdist.filename, pin.sdist.sha256)
@@ -166,17 +169,17 @@ def test_the_build_stage_cannot_compile_silently(st, text):
 
 
 def test_no_secrets_or_build_trees_in_layers(st, text):
-    for line in _logical_lines(text):
+    for line in logical_lines(text):
         word = line.split(" ", 1)[0].upper()
         if word in ("ARG", "ENV"):
             assert not re.search(r"TOKEN|PASSWORD|SECRET|CREDENTIAL|AUTH", line, re.I), line
         if word in ("COPY", "ADD") and "--from=" not in line and line != "COPY build/docker/dist/ /":
-            # From the main context: only the tooling's sources (the .dockerignore allows no more),
-            # and the staged wheel into the scratch stage `fork-dist` (bind-mounted, never a layer).
+            # (and the staged wheel into the scratch stage `fork-dist`: bind-mounted, never a layer)
+            # From the main context: only the tooling's sources (the .dockerignore allows no more).
             assert not re.search(r"pip\.conf|netrc|\.git\b|build/|dist/|\.cache", line), line
     # pip's config (index credentials) enters only as a BuildKit secret mount.
     mount = "--mount=type=secret,id=pip.conf,target=/etc/pip.conf"
-    code = "\n".join(_logical_lines(text))
+    code = "\n".join(logical_lines(text))
     assert code.count(mount) == 4 and "pip.conf" not in code.replace(mount, "")
 
 
@@ -189,7 +192,13 @@ def test_dockerignore_is_an_allowlist():
     assert lines[0] == "*"
     allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
     assert allowed == {
-        "pyproject.toml", "upstream.toml", "tasks.py", "vllm_fork", "patches", "ops-cache", "scripts/image_delta.py",
+        "pyproject.toml",
+        "upstream.toml",
+        "tasks.py",
+        "vllm_fork",
+        "patches",
+        "ops-cache",
+        "scripts/image_delta.py",
         "build/docker/dist",  # what `invoke docker` stages: the wheel and its record only
     }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_fork.errors import ForkError
+from vllm_fork.core.errors import ForkError
 from vllm_fork.image import engine as engines
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from buildtrees import commit, make_tree
+from support.buildtrees import commit, make_tree
 
-from vllm_fork.wheel_fast import blockers
+from vllm_fork.wheel.fast import blockers
 
 
 @pytest.fixture
@@ -14,7 +14,9 @@ def tree(tmp_path):
 
 
 def test_python_and_docs_changes_are_handled(tree):
-    commit(tree, {"vllm/config/multimodal.py": "x = 16\n", "vllm/new_module.py": "y = 1\n", "docs/index.md": "# d\n"}, "p")
+    commit(
+        tree, {"vllm/config/multimodal.py": "x = 16\n", "vllm/new_module.py": "y = 1\n", "docs/index.md": "# d\n"}, "p"
+    )
     (tree / "vllm" / "__init__.py").unlink()
     commit(tree, {}, "delete a module")
     assert blockers(tree, "refs/fork/upstream", "HEAD") == []

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork.docker import _logical_lines
-from vllm_fork.paths import REPO_ROOT
+from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.image.dockerfile import logical_lines
 
 pytestmark = pytest.mark.slow  # makes venvs and runs pip
 
@@ -48,7 +48,7 @@ UPSTREAM = {
     "vllm/entrypoints/cli.py": (b"def main():\n    print('serve')\n", 0o644),
     "vllm/_C.abi3.so": (bytes(range(256)) * 64, 0o755),  # compiled: identical in the fork's wheel
     "vllm/vllm-rs": (b"\x7fELF" + b"\0" * 4000, 0o755),
-    "vllm/scripts/run.sh": (b"#!/bin/sh\nexec vllm serve \"$@\"\n", 0o644),
+    "vllm/scripts/run.sh": (b'#!/bin/sh\nexec vllm serve "$@"\n', 0o644),
     "vllm/old_module.py": (b"GONE = True\n", 0o644),
     "vllm/legacy/__init__.py": (b"", 0o644),
     "vllm/legacy/impl.py": (b"def old():\n    pass\n", 0o644),
@@ -76,9 +76,13 @@ def make_wheel(dest: Path, version: str, files: dict[str, tuple[bytes, int]]) ->
     info = f"vllm-{version}.dist-info"
     members = dict(files)
     members[f"{info}/METADATA"] = (
-        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\nRequires-Dist: torch==2.13.0\n".encode(), 0o644)
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\nRequires-Dist: torch==2.13.0\n".encode(),
+        0o644,
+    )
     members[f"{info}/WHEEL"] = (
-        f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {TAG}\n".encode(), 0o644)
+        f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {TAG}\n".encode(),
+        0o644,
+    )
     members[f"{info}/entry_points.txt"] = (ENTRY_POINTS.encode(), 0o644)
     record = "".join(f"{n},{record_hash(d)},{len(d)}\n" for n, (d, _) in members.items())
     members[f"{info}/RECORD"] = ((record + f"{info}/RECORD,,\n").encode(), 0o644)
@@ -93,7 +97,7 @@ def make_wheel(dest: Path, version: str, files: dict[str, tuple[bytes, int]]) ->
 
 def stage_script(stage: str, **paths: Path) -> str:
     """The shell of the one RUN in a Dockerfile stage, `--mount` flags dropped, paths replaced."""
-    lines = _logical_lines((REPO_ROOT / "Dockerfile").read_text())
+    lines = logical_lines((REPO_ROOT / "Dockerfile").read_text())
     start = next(i for i, ln in enumerate(lines) if ln.startswith("FROM ") and ln.endswith(f" AS {stage}"))
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("FROM ")), len(lines))
     (run,) = [ln for ln in lines[start:end] if ln.startswith("RUN ")]
@@ -104,8 +108,14 @@ def stage_script(stage: str, **paths: Path) -> str:
 
 
 def run_sh(env_dir: Path, script: str, **extra: str) -> subprocess.CompletedProcess:
-    environ = {**os.environ, "PATH": f"{env_dir / 'bin'}:{os.environ['PATH']}", "PIP_NO_INDEX": "1",
-               "VLLM_BASE_IMAGE": "vllm/vllm-openai", "VLLM_BASE_TAG": "v0.33.0", **extra}
+    environ = {
+        **os.environ,
+        "PATH": f"{env_dir / 'bin'}:{os.environ['PATH']}",
+        "PIP_NO_INDEX": "1",
+        "VLLM_BASE_IMAGE": "vllm/vllm-openai",
+        "VLLM_BASE_TAG": "v0.33.0",
+        **extra,
+    }
     environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the Dockerfile sets it where it matters
     return subprocess.run(["sh", "-c", script], env=environ, capture_output=True, text=True)
 
@@ -169,20 +179,35 @@ def built(tmp_path):
     wheel = make_wheel(dist, FORK, FORK_FILES)
     (dist / (wheel.name + ".provenance.json")).write_text('{"pin": {"version": "0.33.0"}}\n')
     out = tmp_path / "delta-out"
-    proc = run_sh(env_dir, stage_script(
-        "delta", **{"/tmp/fork-dist": dist, "/opt/image-delta/image_delta.py": SCRIPT,
-                    "/tmp/vllm-before.json": tmp_path / "before.json", "/delta-out": out}))
+    proc = run_sh(
+        env_dir,
+        stage_script(
+            "delta",
+            **{
+                "/tmp/fork-dist": dist,
+                "/opt/image-delta/image_delta.py": SCRIPT,
+                "/tmp/vllm-before.json": tmp_path / "before.json",
+                "/delta-out": out,
+            },
+        ),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     installed = tmp_path / "installed"
     env_dir.rename(installed)  # what pip made; the env goes back to upstream's state
     shutil.copytree(original, env_dir, symlinks=True)
-    return {"env": env_dir, "original": original, "installed": installed, "out": out, "tmp": tmp_path,
-            "wheel": wheel, "log": proc.stdout}
+    return {
+        "env": env_dir,
+        "original": original,
+        "installed": installed,
+        "out": out,
+        "tmp": tmp_path,
+        "wheel": wheel,
+        "log": proc.stdout,
+    }
 
 
 def apply_final(built, fork_version: str = FORK, share: str = "share") -> subprocess.CompletedProcess:
-    script = stage_script("image", **{"/tmp/fork-delta": built["out"],
-                                      "/usr/share/vllm-fork": built["tmp"] / share})
+    script = stage_script("image", **{"/tmp/fork-delta": built["out"], "/usr/share/vllm-fork": built["tmp"] / share})
     return run_sh(built["env"], script, FORK_VERSION=fork_version)
 
 
@@ -208,7 +233,8 @@ def test_delta_holds_exactly_what_the_wheel_changes(built):
     # dist-info as whole directories; nothing else (no bytecode of unchanged sources).
     old_pyc = importlib.util.cache_from_source(str(env_site / "vllm/old_module.py"))
     assert manifest["removed"] == sorted(
-        [str(env_site / "vllm/old_module.py"), old_pyc, str(env_site / "vllm/legacy"), str(env_site / old_info)])
+        [str(env_site / "vllm/old_module.py"), old_pyc, str(env_site / "vllm/legacy"), str(env_site / old_info)]
+    )
     assert manifest["compile"] == at({"vllm/__init__.py", "vllm/config/multimodal.py"} | ADDED_PACKAGE)
     assert manifest["version"] == FORK and manifest["from_version"] == "0.33.0"
     # The tree holds exactly the changed and new files, at their absolute paths, as pip wrote them.
@@ -235,7 +261,8 @@ def test_applying_the_delta_reproduces_pips_install(built):
 
     # Byte for byte (and exec bit) equal to pip's install, everywhere, bytecode of vllm aside.
     assert {k: v for k, v in ours.items() if not is_bytecode(k)} == {
-        k: v for k, v in pips.items() if not is_bytecode(k)}
+        k: v for k, v in pips.items() if not is_bytecode(k)
+    }
     # Bytecode: one fresh .pyc per vllm source; upstream's own for the unchanged ones.
     sources = [built["env"] / k for k in ours if k.startswith(vllm_rel) and k.endswith(".py")]
     assert sources and all(pyc_is_fresh(s) for s in sources)
@@ -247,8 +274,10 @@ def test_applying_the_delta_reproduces_pips_install(built):
         assert ours[rel] == before[rel], f"{rel}: upstream's bytecode should be kept"
     # It runs: the fork's version, the new module, not the removed ones, no dependency added.
     py = str(built["env"] / "bin" / "python3")
-    check = ("import importlib.metadata as m, vllm, vllm.offload.tower, vllm.config.multimodal as mm;"
-             "print(m.version('vllm'), vllm.__version__, mm.mm_processor_cache_gb)")
+    check = (
+        "import importlib.metadata as m, vllm, vllm.offload.tower, vllm.config.multimodal as mm;"
+        "print(m.version('vllm'), vllm.__version__, mm.mm_processor_cache_gb)"
+    )
     out = subprocess.run([py, "-c", check], capture_output=True, text=True, check=True).stdout.split()
     assert out == [FORK, FORK, "16"]
     for gone in ("vllm.old_module", "vllm.legacy", "torch"):
@@ -283,7 +312,11 @@ def test_the_delta_stage_needs_exactly_one_wheel(tmp_path):
 
 def test_snapshot_without_vllm_says_what_is_wrong(tmp_path):
     env = {**os.environ, "PYTHONPATH": ""}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--name", "no-such-dist-xyz", "snapshot",
-                           str(tmp_path / "s.json")], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--name", "no-such-dist-xyz", "snapshot", str(tmp_path / "s.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 1 and "no installed distribution 'no-such-dist-xyz'" in proc.stderr
     assert not (tmp_path / "s.json").exists()

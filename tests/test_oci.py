@@ -6,12 +6,13 @@ import hashlib
 import json
 
 import pytest
-from buildtrees import fork_root
-from ociregistry import registry
+from support.buildtrees import fork_root
+from support.ociregistry import registry
 from test_opscache import KEY, make_artifact
 
-from vllm_fork import oci, opscache
-from vllm_fork.errors import ForkError
+from vllm_fork.core.errors import ForkError
+from vllm_fork.ops import cache as opscache
+from vllm_fork.ops import oci
 
 REPO = "team/vllm-ops"
 
@@ -90,13 +91,17 @@ def test_publish_pushes_blob_and_a_manifest_tagged_with_the_key(root, stored, tm
         assert ref == f"{reg.host}/{REPO}:{KEY}"
         assert reg.blobs[(REPO, f"sha256:{entry.sha256}")] == data
         assert reg.blobs[(REPO, oci.EMPTY_DIGEST)] == b"{}"
-        assert oci.EMPTY_DIGEST == "sha256:" + hashlib.sha256(b"{}").hexdigest()
+        assert "sha256:" + hashlib.sha256(b"{}").hexdigest() == oci.EMPTY_DIGEST
         ctype, raw = reg.manifests[(REPO, KEY)]
         manifest = json.loads(raw)
         assert ctype == oci.MANIFEST_TYPE and manifest["schemaVersion"] == 2
         (layer,) = manifest["layers"]
-        assert layer == {"mediaType": "application/zip", "digest": f"sha256:{entry.sha256}", "size": entry.size,
-                         "annotations": {"org.opencontainers.image.title": entry.file}}
+        assert layer == {
+            "mediaType": "application/zip",
+            "digest": f"sha256:{entry.sha256}",
+            "size": entry.size,
+            "annotations": {"org.opencontainers.image.title": entry.file},
+        }
         assert any("push" in s for s in reg.token_scopes)
         pushes = len(reg.log)
         opscache.publish_oci(KEY, remote, root)  # blobs already there: only the manifest again

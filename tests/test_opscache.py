@@ -11,10 +11,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from buildtrees import fork_root
+from support.buildtrees import fork_root
 
-from vllm_fork import opscache
-from vllm_fork.errors import ForkError
+from vllm_fork.core.errors import ForkError
+from vllm_fork.ops import cache as opscache
 
 
 def make_artifact(path: Path, salt: str = "") -> Path:
@@ -103,7 +103,7 @@ def _put_many(args):
 
     os.environ["VLLM_FORK_CACHE"] = cache
     Path(cache).mkdir(parents=True, exist_ok=True)
-    from vllm_fork import opscache as oc
+    from vllm_fork.ops import cache as oc
 
     for i in range(4):
         src = make_artifact(Path(cache) / f"w{worker}-{i}.zip", salt=f"{worker}{i}")

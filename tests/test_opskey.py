@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from buildtrees import commit, fork_root, make_tree
+from support.buildtrees import commit, fork_root, make_tree
 
-from vllm_fork.ops_inputs import load_params, parse_inputs
-from vllm_fork.opskey import compute_key, patches_touching_inputs
-from vllm_fork.errors import ForkError
+from vllm_fork.core.errors import ForkError
+from vllm_fork.ops.inputs import load_params, parse_inputs
+from vllm_fork.ops.key import compute_key, patches_touching_inputs
 
 
 @pytest.fixture
@@ -45,9 +45,17 @@ def test_patch_touching_compiled_inputs_changes_the_key(root, tree, path, text):
 
 def test_only_the_build_system_table_of_pyproject_counts(root, tree):
     upstream = compute_key(tree, "HEAD", root).key
-    commit(tree, {"pyproject.toml": '[build-system]\nrequires = ["torch == 2.14.0"]\n\n[project]\nname = "vllm"\ndescription = "y"\n'}, "meta")
+    commit(
+        tree,
+        {
+            "pyproject.toml": '[build-system]\nrequires = ["torch == 2.14.0"]\n\n[project]\nname = "vllm"\ndescription = "y"\n'
+        },
+        "meta",
+    )
     assert compute_key(tree, "HEAD", root).key == upstream
-    commit(tree, {"pyproject.toml": '[build-system]\nrequires = ["torch == 2.15.0"]\n\n[project]\nname = "vllm"\n'}, "bs")
+    commit(
+        tree, {"pyproject.toml": '[build-system]\nrequires = ["torch == 2.15.0"]\n\n[project]\nname = "vllm"\n'}, "bs"
+    )
     assert compute_key(tree, "HEAD", root).key != upstream
 
 
@@ -69,7 +77,13 @@ def test_key_is_the_same_on_every_machine(tmp_path, root):
 def test_patches_touching_inputs_names_them(root, tree):
     commit(tree, {"vllm/config/multimodal.py": "x = 1\n"}, "python only")
     commit(tree, {"csrc/ops.cu": "// k2\n", "vllm/__init__.py": "# hi\n"}, "kernel change")
-    commit(tree, {"pyproject.toml": '[build-system]\nrequires = ["torch == 2.14.0"]\n\n[project]\nname = "vllm"\ndescription = "z"\n'}, "metadata only")
+    commit(
+        tree,
+        {
+            "pyproject.toml": '[build-system]\nrequires = ["torch == 2.14.0"]\n\n[project]\nname = "vllm"\ndescription = "z"\n'
+        },
+        "metadata only",
+    )
     touches = patches_touching_inputs(tree, "refs/fork/upstream", "HEAD", root)
     assert [(t.index, t.subject, t.paths) for t in touches] == [(2, "kernel change", ["csrc/ops.cu"])]
 

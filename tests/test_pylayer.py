@@ -7,10 +7,10 @@ import multiprocessing
 import zipfile
 from pathlib import Path
 
-from buildtrees import VLLM_LIKE, make_tree
+from support.buildtrees import VLLM_LIKE, make_tree
 
-from vllm_fork import pylayer
-from vllm_fork.download import sha256_file
+from vllm_fork.core.fs import sha256_file, sha256_fp
+from vllm_fork.wheel import pylayer
 
 FILES = {**VLLM_LIKE, **{f"vllm/mod{i}.py": f"VALUE = {i}\n" * 50 for i in range(20)}}
 
@@ -69,12 +69,12 @@ def _open_many(args):
 
     tree, cache = args
     os.environ["VLLM_FORK_CACHE"] = cache
-    from vllm_fork import pylayer as pl
+    from vllm_fork.wheel import pylayer as pl
 
     digests = []
     for _ in range(5):
         with pl.open_layer(Path(tree), "HEAD") as fp:
-            digests.append(pl._sha256_fp(fp)[0])
+            digests.append(sha256_fp(fp)[0])
     return digests
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from support.forkrepo import TAG, sh
 
-from forkrepo import TAG, sh
-from vllm_fork import check as check_mod
-from vllm_fork import queue
-from vllm_fork.errors import ForkError
-from vllm_fork.status import status_report
+from vllm_fork.core.errors import ForkError
+from vllm_fork.queue import apply as queue
+from vllm_fork.queue import check as check_mod
+from vllm_fork.queue.export import export as export_queue
+from vllm_fork.queue.status import status_report
 
 WHY = "Users need this because the default is wrong for production deployments."
 
@@ -17,7 +18,7 @@ def add_two_patches(fork):
     queue.apply(fork.root)
     fork.commit_in_tree("mini/config.py", "OPTION_3 = 3\n", "OPTION_3 = 30\n", "Raise option 3", WHY)
     fork.commit_in_tree("mini/engine.py", "x * 2", "x * 3", "[Engine] Triple instead of double", WHY)
-    return queue.export(tree=fork.tree, root=fork.root)
+    return export_queue(tree=fork.tree, root=fork.root)
 
 
 def test_export_writes_series_in_commit_order(fork):
@@ -36,7 +37,7 @@ def test_apply_then_export_is_byte_identical(fork):
     add_two_patches(fork)
     before = fork.snapshot()
     queue.apply(fork.root)
-    queue.export(tree=fork.tree, root=fork.root)
+    export_queue(tree=fork.tree, root=fork.root)
     assert fork.snapshot() == before
     # The bracketed subject survives git am (it is not a [PATCH] tag).
     assert sh(fork.tree, "git", "log", "-1", "--format=%s") == "[Engine] Triple instead of double"
@@ -57,7 +58,7 @@ def test_two_independent_applies_give_the_same_head(fork, tmp_path, monkeypatch)
 def test_export_removes_patches_that_left_the_series(fork):
     add_two_patches(fork)
     sh(fork.tree, "git", "reset", "-q", "--hard", "HEAD~1")
-    names = queue.export(tree=fork.tree, root=fork.root)
+    names = export_queue(tree=fork.tree, root=fork.root)
     assert names == ["0001-Raise-option-3.patch"]
     assert sorted(p.name for p in fork.patches.iterdir()) == ["0001-Raise-option-3.patch", "series"]
 
@@ -114,10 +115,10 @@ def test_three_way_conflict_leaves_markers_and_continue_finishes(fork):
     # "Triple" is written against upstream; "Seven", placed before it, edits the same line.
     queue.apply(fork.root)
     fork.commit_in_tree("mini/engine.py", "x * 2", "x * 3", "Triple", WHY)
-    triple = (fork.patches / queue.export(tree=fork.tree, root=fork.root)[0]).read_text()
+    triple = (fork.patches / export_queue(tree=fork.tree, root=fork.root)[0]).read_text()
     sh(fork.tree, "git", "reset", "-q", "--hard", "refs/fork/upstream")
     fork.commit_in_tree("mini/engine.py", "x * 2", "x * 7", "Seven", WHY)
-    queue.export(tree=fork.tree, root=fork.root)
+    export_queue(tree=fork.tree, root=fork.root)
     (fork.patches / "0002-Triple.patch").write_text(triple)
     with open(fork.patches / "series", "a") as series:
         series.write("0002-Triple.patch\n")
@@ -130,7 +131,7 @@ def test_three_way_conflict_leaves_markers_and_continue_finishes(fork):
     (fork.tree / "mini" / "engine.py").write_text("def run(x):\n    return x * 21\n")
     sh(fork.tree, "git", "add", "mini/engine.py")
     queue.continue_am(fork.tree)
-    names = queue.export(tree=fork.tree, root=fork.root)
+    names = export_queue(tree=fork.tree, root=fork.root)
     assert names == ["0001-Seven.patch", "0002-Triple.patch"]
     assert "+    return x * 21" in (fork.patches / names[1]).read_text()
     assert check_mod.check(fork.root) == []
@@ -153,9 +154,19 @@ def test_check_reports_every_problem_at_once(fork):
     (p / "0007-stale.patch").write_text(stale)
     (p / "series").write_text(
         "\n".join(
-            [names[0], names[1], names[0], "../outside.patch", "0008-missing.patch",
-             "0003-empty.patch", "0004-corrupt.patch", "0006-no-body.patch", "0007-stale.patch"]
-        ) + "\n"
+            [
+                names[0],
+                names[1],
+                names[0],
+                "../outside.patch",
+                "0008-missing.patch",
+                "0003-empty.patch",
+                "0004-corrupt.patch",
+                "0006-no-body.patch",
+                "0007-stale.patch",
+            ]
+        )
+        + "\n"
     )
     before = fork.snapshot()
     problems = "\n".join(check_mod.check(fork.root))
@@ -177,8 +188,7 @@ def test_check_catches_a_patch_not_in_exported_form(fork):
     path.write_text(path.read_text() + "-- \n2.39.5\n\n")
     problems = check_mod.check(fork.root)
     assert problems == [
-        f"{names[0]}: not in exported form (apply + export changes its bytes); "
-        "run `invoke apply && invoke export`"
+        f"{names[0]}: not in exported form (apply + export changes its bytes); run `invoke apply && invoke export`"
     ]
 
 

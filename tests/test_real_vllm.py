@@ -8,12 +8,13 @@ import tarfile
 
 import pytest
 
-from vllm_fork import check as check_mod
-from vllm_fork import queue
-from vllm_fork.download import fetch
-from vllm_fork.paths import REPO_ROOT
-from vllm_fork.pin import load_pin
-from vllm_fork.upstream import ensure_upstream
+from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.queue import apply as queue
+from vllm_fork.queue import check as check_mod
+from vllm_fork.queue.export import export as export_queue
+from vllm_fork.upstream.download import fetch
+from vllm_fork.upstream.pin import load_pin
+from vllm_fork.upstream.sources import ensure_upstream
 
 pytestmark = pytest.mark.slow
 
@@ -42,12 +43,12 @@ def test_import_is_exactly_the_sdist_and_the_same_everywhere(pin):
         assert up.commit == IMPORTED_0_33_0
     sdist = fetch("vllm", pin.sdist.filename, pin.sdist.sha256)
     with tarfile.open(sdist) as tar:
-        shipped = sorted(
-            m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile() or m.issym()
-        )
+        shipped = sorted(m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile() or m.issym())
     tracked = subprocess.run(
         ["git", "-C", str(up.repo), "ls-tree", "-r", "--name-only", up.commit],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.splitlines()
     assert sorted(tracked) == shipped
     # Shipped although the sdist's own .gitignore matches them.
@@ -60,12 +61,14 @@ def test_real_series_applies_checks_and_round_trips(fork_copy):
     tree = fork_copy / "build" / "vllm"
     subjects = subprocess.run(
         ["git", "-C", str(tree), "log", "--format=%s", "refs/fork/upstream..HEAD"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.splitlines()
     assert len(subjects) == len((fork_copy / "patches" / "series").read_text().split())
     assert "default=16" in (tree / "vllm" / "config" / "multimodal.py").read_text()
     before = {p.name: p.read_bytes() for p in (fork_copy / "patches").iterdir()}
     assert queue.apply(fork_copy) == head
-    queue.export(tree=tree, root=fork_copy)
+    export_queue(tree=tree, root=fork_copy)
     assert {p.name: p.read_bytes() for p in (fork_copy / "patches").iterdir()} == before
     assert check_mod.check(fork_copy) == []

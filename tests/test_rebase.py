@@ -7,14 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.rebase_world import BASE_FILES, config_py, file_index, make_world, sdist_bytes, sh, two_patch_world
 
-from rebase_world import (BASE_FILES, config_py, file_index, make_world, sdist_bytes, sh,
-                          two_patch_world)
-from vllm_fork import check as check_mod
-from vllm_fork import rebase
-from vllm_fork.errors import ForkError
-from vllm_fork.pin import load_pin
-from vllm_fork.rebase_state import Options, in_progress
+from vllm_fork.core.errors import ForkError
+from vllm_fork.queue import check as check_mod
+from vllm_fork.rebase import run as rebase
+from vllm_fork.rebase.state import Options, in_progress
+from vllm_fork.upstream.pin import load_pin
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,8 +70,10 @@ def test_three_way_merge_is_classified_and_flagged_for_the_eye(tmp_path):
 
     assert outcomes(out) == [("Raise option 5 to 50", "3-way"), ("Triple in run()", "clean")]
     first = out.state.results[0]
-    assert first.by_eye and "mini/config.py" in first.by_eye[0] 
-    assert "## Check by eye" in out.report and "hunk `@@ -3,7 +3,7 @@`: upstream changed line(s) 4 around it" in out.report
+    assert first.by_eye and "mini/config.py" in first.by_eye[0]
+    assert (
+        "## Check by eye" in out.report and "hunk `@@ -3,7 +3,7 @@`: upstream changed line(s) 4 around it" in out.report
+    )
     assert "Unchanged" in out.report  # no compiled input moved
     text = (w.root / "build" / "vllm" / "mini" / "config.py").read_text()
     assert "OPTION_3 = 33\n" in text and "OPTION_5 = 50\n" in text
@@ -97,9 +98,13 @@ def test_patch_already_upstream_is_dropped_and_recorded(tmp_path):
 
 def test_partly_upstream_patch_warns_of_lost_content(tmp_path):
     w = make_world(tmp_path)
-    w.add_patch("mini/engine.py", "    return x * 2\n\n\ndef stop():\n    return None\n",
-                "    return x * 3\n\n\ndef stop():\n    return 0\n", "Triple and stop with 0",
-                "Two production fixes that go together in our deployment.")
+    w.add_patch(
+        "mini/engine.py",
+        "    return x * 2\n\n\ndef stop():\n    return None\n",
+        "    return x * 3\n\n\ndef stop():\n    return 0\n",
+        "Triple and stop with 0",
+        "Two production fixes that go together in our deployment.",
+    )
     w.release("1.1.0", {"mini/engine.py": "def run(x):\n    return x * 3\n\n\ndef stop():\n    return None\n"})
 
     out = rebase.start(w.root, to="1.1.0", options=opts())
@@ -130,9 +135,16 @@ def test_conflict_stops_then_continue_finishes(tmp_path):
     sh(w.tree, "git", "add", "mini/config.py")
     # --continue from a fresh process: the state lives on disk.
     proc = subprocess.run(
-        [sys.executable, "-c", f"from pathlib import Path; from vllm_fork import rebase; "
-         f"o = rebase.continue_(Path({str(w.root)!r})); print(o.done, [r.outcome for r in o.state.results])"],
-        cwd=REPO, capture_output=True, text=True, env={**__import__('os').environ},
+        [
+            sys.executable,
+            "-c",
+            f"from pathlib import Path; from vllm_fork.rebase import run as rebase; "
+            f"o = rebase.continue_(Path({str(w.root)!r})); print(o.done, [r.outcome for r in o.state.results])",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ},
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True ['resolved by hand', 'clean']"
@@ -144,8 +156,13 @@ def test_conflict_stops_then_continue_finishes(tmp_path):
 
 def test_conflict_then_abort_loses_nothing_byte_for_byte(tmp_path):
     w = two_patch_world(tmp_path)
-    w.release("1.1.0", {"mini/config.py": config_py({5: "OPTION_5 = 7\n"}),
-                        "mini/engine.py": BASE_FILES["mini/engine.py"].replace("x * 2", "x * 4")})
+    w.release(
+        "1.1.0",
+        {
+            "mini/config.py": config_py({5: "OPTION_5 = 7\n"}),
+            "mini/engine.py": BASE_FILES["mini/engine.py"].replace("x * 2", "x * 4"),
+        },
+    )
     before = w.snapshot()
 
     out = rebase.start(w.root, to="1.1.0", options=opts())
@@ -153,8 +170,14 @@ def test_conflict_then_abort_loses_nothing_byte_for_byte(tmp_path):
     assert w.snapshot() != before
 
     proc = subprocess.run(
-        [sys.executable, "-c", f"from pathlib import Path; from vllm_fork import rebase; rebase.abort(Path({str(w.root)!r}))"],
-        cwd=REPO, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"from pathlib import Path; from vllm_fork.rebase import run as rebase; rebase.abort(Path({str(w.root)!r}))",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stderr
     assert w.snapshot() == before
@@ -165,13 +188,21 @@ def test_conflict_then_abort_loses_nothing_byte_for_byte(tmp_path):
 
 def test_second_conflict_after_continue_stops_again(tmp_path):
     w = two_patch_world(tmp_path)
-    w.release("1.1.0", {"mini/config.py": config_py({5: "OPTION_5 = 7\n"}),
-                        "mini/engine.py": BASE_FILES["mini/engine.py"].replace("x * 2", "x * 4")})
+    w.release(
+        "1.1.0",
+        {
+            "mini/config.py": config_py({5: "OPTION_5 = 7\n"}),
+            "mini/engine.py": BASE_FILES["mini/engine.py"].replace("x * 2", "x * 4"),
+        },
+    )
     out = rebase.start(w.root, to="1.1.0", options=opts())
     (w.tree / "mini" / "config.py").write_text(config_py({5: "OPTION_5 = 70\n"}))
     sh(w.tree, "git", "add", "-A")
     out = rebase.continue_(w.root)
-    assert not out.done and outcomes(out) == [("Raise option 5 to 50", "resolved by hand"), ("Triple in run()", "conflict")]
+    assert not out.done and outcomes(out) == [
+        ("Raise option 5 to 50", "resolved by hand"),
+        ("Triple in run()", "conflict"),
+    ]
     assert "mini/engine.py" in out.report
     sh(w.tree, "git", "am", "--skip")  # the user decides upstream's x * 4 wins
     out = rebase.continue_(w.root)
@@ -209,17 +240,24 @@ def test_latest_from_a_package_index_with_small_sdists(tmp_path, monkeypatch):
     w = two_patch_world(tmp_path)  # patches made on the git v1.0.0; same files as the sdist below
     v1 = sdist_bytes("1.0.0", BASE_FILES)
     v11 = sdist_bytes("1.1.0", {**BASE_FILES, "mini/config.py": config_py({3: "OPTION_3 = 33\n"})})
-    url = file_index(tmp_path / "index", {
-        "vllm-1.0.0.tar.gz": v1, "vllm-1.1.0.tar.gz": v11, "vllm-1.2.0rc1.tar.gz": v11,
-        "vllm-1.1.0-cp38-abi3-manylinux_2_28_x86_64.whl": b"wheel",
-    })
+    url = file_index(
+        tmp_path / "index",
+        {
+            "vllm-1.0.0.tar.gz": v1,
+            "vllm-1.1.0.tar.gz": v11,
+            "vllm-1.2.0rc1.tar.gz": v11,
+            "vllm-1.1.0-cp38-abi3-manylinux_2_28_x86_64.whl": b"wheel",
+        },
+    )
     monkeypatch.setenv("PIP_INDEX_URL", url)
     import hashlib
 
-    from vllm_fork.pin import Artifact, save_pin
+    from vllm_fork.upstream.pin import Artifact, save_pin
 
     pin = load_pin(w.root)
-    save_pin(pin.with_changes(source="pypi", sdist=Artifact("vllm-1.0.0.tar.gz", hashlib.sha256(v1).hexdigest())), w.root)
+    save_pin(
+        pin.with_changes(source="pypi", sdist=Artifact("vllm-1.0.0.tar.gz", hashlib.sha256(v1).hexdigest())), w.root
+    )
     sh(w.root, "git", "commit", "-qam", "use the pypi source")
 
     out = rebase.start(w.root, latest=True, options=opts())

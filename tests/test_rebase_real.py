@@ -16,16 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from vllm_fork import check as check_mod
-from vllm_fork import queue, rebase
-from vllm_fork.gitutil import git
-from vllm_fork.pin import load_pin
-from vllm_fork.rebase_classify import CLEAN, DROPPED, THREE_WAY
-from vllm_fork.rebase_state import Options
-from vllm_fork.rebase_target import latest_version, release_versions
-from vllm_fork.pkgindex import list_files
-from vllm_fork.series import read_series
-from vllm_fork.upstream import ensure_upstream
+from vllm_fork.core.git import git
+from vllm_fork.queue import apply as queue
+from vllm_fork.queue import check as check_mod
+from vllm_fork.queue.series import read_series
+from vllm_fork.rebase import run as rebase
+from vllm_fork.rebase.classify import CLEAN, DROPPED, THREE_WAY
+from vllm_fork.rebase.state import Options
+from vllm_fork.rebase.target import latest_version, release_versions
+from vllm_fork.upstream.pin import load_pin
+from vllm_fork.upstream.pkgindex import list_files
+from vllm_fork.upstream.sources import ensure_upstream
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -38,8 +39,13 @@ def fork_copy(dest: Path) -> Path:
     shutil.copy2(REPO / "upstream.toml", dest / "upstream.toml")
     shutil.copytree(REPO / "ops-cache", dest / "ops-cache")
     (dest / ".gitignore").write_text("/build/\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     for cmd in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "fork"]):
         subprocess.run(["git", "-C", str(dest), *cmd], check=True, env=env, capture_output=True)
     return dest
@@ -83,7 +89,9 @@ def test_real_release_hop_and_back(tmp_path):
         assert got[i] == what if what != THREE_WAY else got[i] in (THREE_WAY, DROPPED)
     for r in down.state.results:  # the report's table says, per patch, what git did
         row = next(ln for ln in down.report.splitlines() if f"`{r.name}`" in ln and ln.startswith("| "))
-        assert {"clean": "| clean |", "3-way": "| 3-way merge |", "dropped": "| dropped: already upstream |"}[r.outcome] in row
+        assert {"clean": "| clean |", "3-way": "| 3-way merge |", "dropped": "| dropped: already upstream |"}[
+            r.outcome
+        ] in row
     assert load_pin(root).version == previous and f"vllm-{previous}.tar.gz" in down.report
     assert "## Compiled inputs" in down.report and check_mod.check(root) == []
 

@@ -9,13 +9,14 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from support.forkrepo import TAG, sh
+from support.httpserver import serve
 
-from forkrepo import TAG, sh
-from httpserver import serve
-from vllm_fork import download, queue
-from vllm_fork.errors import ForkError
-from vllm_fork.pin import Artifact, load_pin, save_pin
-from vllm_fork.upstream import ensure_upstream, import_sdist, upstream_repo
+from vllm_fork.core.errors import ForkError
+from vllm_fork.queue import apply as queue
+from vllm_fork.upstream import download
+from vllm_fork.upstream.pin import Artifact, load_pin, save_pin
+from vllm_fork.upstream.sources import ensure_upstream, import_sdist, upstream_repo
 
 
 def make_sdist(path: Path) -> str:
@@ -100,9 +101,8 @@ def test_download_hash_mismatch_names_both_hashes_and_leaves_nothing(tmp_path, c
     (tmp_path / "www" / "f.tar.gz").write_bytes(b"tampered")
     wrong = "a" * 64
     dest = download.downloads_dir() / "f.tar.gz"
-    with serve(tmp_path / "www") as (_, base):
-        with pytest.raises(ForkError) as err:
-            download.fetch_url(f"{base}/f.tar.gz", dest, wrong)
+    with serve(tmp_path / "www") as (_, base), pytest.raises(ForkError) as err:
+        download.fetch_url(f"{base}/f.tar.gz", dest, wrong)
     assert "f.tar.gz" in str(err.value)
     assert wrong in str(err.value) and hashlib.sha256(b"tampered").hexdigest() in str(err.value)
     assert list(download.downloads_dir().iterdir()) == []

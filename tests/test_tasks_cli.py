@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from vllm_fork.paths import REPO_ROOT
+from vllm_fork.core.paths import REPO_ROOT
 
 
 def invoke(*args: str) -> str:
@@ -17,8 +17,19 @@ def invoke(*args: str) -> str:
 
 def test_every_documented_task_is_registered():
     listed = invoke("--list")
-    for name in ("apply", "export", "check", "status", "build", "verify", "ops.key", "ops.seed",
-                 "ops.publish", "docker", "rebase"):
+    for name in (
+        "apply",
+        "export",
+        "check",
+        "status",
+        "build",
+        "verify",
+        "ops.key",
+        "ops.seed",
+        "ops.publish",
+        "docker",
+        "rebase",
+    ):
         assert f"  {name} " in listed or f"  {name}\n" in listed, name
         assert f"invoke {name}" in (REPO_ROOT / "README.md").read_text(), f"README lacks `invoke {name}`"
 

@@ -6,8 +6,8 @@ import io
 import os
 import zipfile
 
-from vllm_fork.wheelfile import walk_key
-from vllm_fork.zipraw import copy_raw
+from vllm_fork.core.zipraw import copy_raw
+from vllm_fork.wheel.writer import walk_key
 
 
 def test_raw_copy_keeps_every_byte_and_mode(tmp_path):
@@ -47,9 +47,20 @@ def test_raw_copy_keeps_every_byte_and_mode(tmp_path):
 
 
 def test_walk_key_is_bdist_wheels_order(tmp_path):
-    names = ["vllm/z.py", "vllm/_C.abi3.so", "vllm/__init__.py", "vllm/a/b.py", "vllm/a/c/d.py",
-             "vllm/a/z.py", "vllm/vllm-rs", "vllm/B.py", "vllm-1.0.dist-info/METADATA",
-             "vllm-1.0.dist-info/licenses/LICENSE", "vllm-1.0.dist-info/WHEEL", "vllm-1.0.dist-info/entry_points.txt"]
+    names = [
+        "vllm/z.py",
+        "vllm/_C.abi3.so",
+        "vllm/__init__.py",
+        "vllm/a/b.py",
+        "vllm/a/c/d.py",
+        "vllm/a/z.py",
+        "vllm/vllm-rs",
+        "vllm/B.py",
+        "vllm-1.0.dist-info/METADATA",
+        "vllm-1.0.dist-info/licenses/LICENSE",
+        "vllm-1.0.dist-info/WHEEL",
+        "vllm-1.0.dist-info/entry_points.txt",
+    ]
     for name in names:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")

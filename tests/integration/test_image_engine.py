@@ -27,7 +27,7 @@ from support.image_probe import PROBE
 
 from vllm_fork.image import base as standin_base
 from vllm_fork.image import registry_push
-from vllm_fork.pin import load_pin
+from vllm_fork.upstream.pin import load_pin
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +39,14 @@ TIMINGS: dict[str, float] = {}
 
 
 def invoke(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", "docker", *args], cwd=root, capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", "docker", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +74,14 @@ def fork(tmp_path_factory):
 def dockerfile_image(dockerd, standin, fork) -> str:
     root, _ = fork
     started = time.monotonic()
-    proc = invoke(root, "--base-image", standin["repo"], "--tag", DOCKERFILE_TAG,
-                  env={"DOCKER_HOST": dockerd.host, "VLLM_FORK_DOCKER": dockerd.engine.client})
+    proc = invoke(
+        root,
+        "--base-image",
+        standin["repo"],
+        "--tag",
+        DOCKERFILE_TAG,
+        env={"DOCKER_HOST": dockerd.host, "VLLM_FORK_DOCKER": dockerd.engine.client},
+    )
     TIMINGS["dockerfile_build_s"] = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "with BuildKit (DOCKER_BUILDKIT=1; no buildx here)" in proc.stderr  # it says which builder
@@ -124,7 +136,8 @@ def test_labels_healthcheck_and_entrypoint(dockerd, fork, dockerfile_image, stan
     assert labels["vllm-fork.ops.key"] == rec["ops"]["key"]
     assert labels["vllm-fork.ops.artifact.sha256"] == rec["ops"]["artifact"]["sha256"]
     assert [p["name"] for p in json.loads(labels["vllm-fork.series.patches"])] == [
-        p["name"] for p in rec["series"]["patches"]]
+        p["name"] for p in rec["series"]["patches"]
+    ]
     assert labels["org.opencontainers.image.base.name"] == standin["ref"]
     assert config["Entrypoint"] == ["vllm", "serve"]
     test = config["Healthcheck"]["Test"]
@@ -154,8 +167,11 @@ def test_the_added_layer_is_small_as_the_readme_says(dockerd, dockerfile_image, 
     nonempty = [s for s in sizes if s not in ("0B", "0")]
     base_layers = len(inspect(dockerd, standin["ref"])["RootFS"]["Layers"])
     assert len(inspect(dockerd, dockerfile_image)["RootFS"]["Layers"]) == base_layers + 1  # one layer added
-    print(f"\nDockerfile route: added layer {count} files, {raw / 2**20:.2f} MiB, gzip {packed / 2**20:.2f} MiB; "
-          f"docker history top {nonempty[0]}; timings {TIMINGS}", file=sys.stderr)
+    print(
+        f"\nDockerfile route: added layer {count} files, {raw / 2**20:.2f} MiB, gzip {packed / 2**20:.2f} MiB; "
+        f"docker history top {nonempty[0]}; timings {TIMINGS}",
+        file=sys.stderr,
+    )
     assert packed < CLAIM_MIB * 2**20
 
 
@@ -163,14 +179,16 @@ def test_the_build_route_names_the_missing_feature_on_a_plain_engine(dockerd, fo
     root, _ = fork
     if dockerd.engine.named_contexts:
         pytest.skip("this engine has buildx: the build route runs there")
-    proc = invoke(root, "--wheel-from", "build",
-                  env={"DOCKER_HOST": dockerd.host, "VLLM_FORK_DOCKER": dockerd.engine.client})
+    proc = invoke(
+        root, "--wheel-from", "build", env={"DOCKER_HOST": dockerd.host, "VLLM_FORK_DOCKER": dockerd.engine.client}
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "named build contexts" in proc.stderr and "buildx" in proc.stderr
 
 
 def test_daemonless_push_appends_the_layer_and_equals_the_dockerfile_image(
-        dockerd, registry, standin, fork, dockerfile_image, tmp_path):
+    dockerd, registry, standin, fork, dockerfile_image, tmp_path
+):
     root, result = fork
     target = registry.ref("vllm-fork/vllm-openai", "prod")
     no_engine = {"DOCKER_HOST": "unix:///nonexistent.sock", "VLLM_FORK_DOCKER": "/nonexistent/docker"}
@@ -180,8 +198,15 @@ def test_daemonless_push_appends_the_layer_and_equals_the_dockerfile_image(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     digest = proc.stdout.split(f"{target}@", 1)[1].split()[0]
     # The same inputs give the same digest (another tag, another run).
-    again = invoke(root, "--push", "--base-image", standin["repo"], "--tag", registry.ref("vllm-fork/vllm-openai", "again"),
-                   env=no_engine)
+    again = invoke(
+        root,
+        "--push",
+        "--base-image",
+        standin["repo"],
+        "--tag",
+        registry.ref("vllm-fork/vllm-openai", "again"),
+        env=no_engine,
+    )
     assert again.returncode == 0 and f"@{digest}" in again.stdout
 
     dockerd.docker("pull", target)
@@ -207,5 +232,8 @@ def test_daemonless_push_appends_the_layer_and_equals_the_dockerfile_image(
     assert sorted(pc["Config"]["Env"]) == sorted(bc["Config"]["Env"])
     assert pc["RootFS"]["Layers"][:-1] == bc["RootFS"]["Layers"][:-1]
     raw, packed, count = _top_layer(dockerd, target, tmp_path)
-    print(f"\ndaemonless route: added layer {count} files, {raw / 2**20:.2f} MiB, gzip {packed / 2**20:.2f} MiB; "
-          f"timings {TIMINGS}", file=sys.stderr)
+    print(
+        f"\ndaemonless route: added layer {count} files, {raw / 2**20:.2f} MiB, gzip {packed / 2**20:.2f} MiB; "
+        f"timings {TIMINGS}",
+        file=sys.stderr,
+    )

@@ -21,10 +21,10 @@ import zipfile
 import pytest
 from support.fork_copy import fork_with_wheel
 
-from vllm_fork.docker import load_wheel
 from vllm_fork.image import registry_push
 from vllm_fork.image.base import LABEL_PYTHON, LABEL_SITE_PACKAGES, OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST
-from vllm_fork.pin import load_pin
+from vllm_fork.image.wheel import load_wheel
+from vllm_fork.upstream.pin import load_pin
 
 pytestmark = pytest.mark.slow
 
@@ -45,20 +45,31 @@ def one_layer_base(dest):
         info.type = tarfile.DIRTYPE
         tar.addfile(info)
     layer = gzip.compress(buf.getvalue(), mtime=0)
-    config = json.dumps({
-        "architecture": "amd64", "os": "linux", "created": "2026-01-01T00:00:00Z",
-        "config": {"Env": ["PATH=/usr/bin"], "Entrypoint": ["vllm", "serve"], "Cmd": ["--help"],
-                   "Labels": {LABEL_SITE_PACKAGES: SITE, LABEL_PYTHON: "3.11"}},
-        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(buf.getvalue()).hexdigest()]},
-        "history": [{"created": "2026-01-01T00:00:00Z", "created_by": "base"}],
-    }).encode()
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "created": "2026-01-01T00:00:00Z",
+            "config": {
+                "Env": ["PATH=/usr/bin"],
+                "Entrypoint": ["vllm", "serve"],
+                "Cmd": ["--help"],
+                "Labels": {LABEL_SITE_PACKAGES: SITE, LABEL_PYTHON: "3.11"},
+            },
+            "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(buf.getvalue()).hexdigest()]},
+            "history": [{"created": "2026-01-01T00:00:00Z", "created_by": "base"}],
+        }
+    ).encode()
     digests = {}
     for name, data in (("layer", layer), ("config", config)):
         digests[name] = "sha256:" + hashlib.sha256(data).hexdigest()
         (dest / "blobs" / digests[name].split(":")[1]).write_bytes(data)
-    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                "config": {"mediaType": OCI_CONFIG, "digest": digests["config"], "size": len(config)},
-                "layers": [{"mediaType": OCI_LAYER_GZIP, "digest": digests["layer"], "size": len(layer)}]}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": digests["config"], "size": len(config)},
+        "layers": [{"mediaType": OCI_LAYER_GZIP, "digest": digests["layer"], "size": len(layer)}],
+    }
     (dest / "manifest.json").write_bytes(json.dumps(manifest).encode())
     return dest
 
@@ -75,11 +86,24 @@ def test_push_appends_one_reproducible_layer_holding_the_delta(registry, fork, t
     base = registry.ref("base/vllm-openai", pin.tag)
     registry_push.push_layout(one_layer_base(tmp_path / "base"), base)
     wheel = load_wheel(result.wheel)
-    labels = {"FORK_VERSION": wheel.version, "VLLM_BASE_IMAGE": f"{registry.host}/base/vllm-openai",
-              "VLLM_BASE_TAG": pin.tag}
-    pushes = [registry_push.push_image(root=root, pin=pin, wheel=wheel, base=base, labels=labels,
-                                       tags=[registry.ref("fork/vllm-openai", t)], platform="linux/amd64",
-                                       log=lambda m: None) for t in ("a", "b")]
+    labels = {
+        "FORK_VERSION": wheel.version,
+        "VLLM_BASE_IMAGE": f"{registry.host}/base/vllm-openai",
+        "VLLM_BASE_TAG": pin.tag,
+    }
+    pushes = [
+        registry_push.push_image(
+            root=root,
+            pin=pin,
+            wheel=wheel,
+            base=base,
+            labels=labels,
+            tags=[registry.ref("fork/vllm-openai", t)],
+            platform="linux/amd64",
+            log=lambda m: None,
+        )
+        for t in ("a", "b")
+    ]
     assert pushes[0].digest == pushes[1].digest  # same inputs, same image
 
     api = f"http://{registry.host}/v2/fork/vllm-openai"

@@ -1,0 +1,1 @@
+"""Helpers the tests share: real git repos, an HTTP server, an OCI registry, build trees."""

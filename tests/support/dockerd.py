@@ -74,12 +74,16 @@ def start_dockerd() -> Dockerd:
     log = root / "dockerd.log"
     cmd = [
         "dockerd",
-        "--data-root", str(root / "data"),      # images, layers, containers: ours alone
-        "--exec-root", str(root / "exec"),      # its containerd's and runc's state
-        "--pidfile", str(root / "dockerd.pid"),
-        "--host", f"unix://{sock}",
-        "--iptables=false",                     # no firewall rules on a shared machine
-        "--bridge=none",                        # no docker0: containers run --network none
+        "--data-root",
+        str(root / "data"),  # images, layers, containers: ours alone
+        "--exec-root",
+        str(root / "exec"),  # its containerd's and runc's state
+        "--pidfile",
+        str(root / "dockerd.pid"),
+        "--host",
+        f"unix://{sock}",
+        "--iptables=false",  # no firewall rules on a shared machine
+        "--bridge=none",  # no docker0: containers run --network none
         "--storage-driver=overlay2",
     ]
     with open(log, "wb") as out:
@@ -110,8 +114,11 @@ def stop_dockerd_proc(proc: subprocess.Popen, root: Path) -> None:
             proc.kill()
             proc.wait()
     # overlay2 may leave mounts under the data root: unmount before removing.
-    subprocess.run(["sh", "-c", f"grep -o ' {root}/[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l"],
-                   check=False, capture_output=True)
+    subprocess.run(
+        ["sh", "-c", f"grep -o ' {root}/[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l"],
+        check=False,
+        capture_output=True,
+    )
     shutil.rmtree(root, ignore_errors=True)
 
 

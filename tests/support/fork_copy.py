@@ -9,12 +9,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from vllm_fork import queue
-from vllm_fork.build import build
-from vllm_fork.gitutil import git
-from vllm_fork.paths import REPO_ROOT
-
-GIT_ENV = ("-c", "user.name=test", "-c", "user.email=test@example.com")
+from vllm_fork.core.git import git
+from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.queue import apply as queue
+from vllm_fork.wheel.build import build
 
 
 def copy_repository(dest: Path) -> Path:
@@ -26,7 +24,7 @@ def copy_repository(dest: Path) -> Path:
             shutil.copy2(src, dest / name)
     git(dest, "init", "-q")
     git(dest, "add", "-A")
-    git(dest, *GIT_ENV, "commit", "-qm", "copy")
+    git(dest, "commit", "-qm", "copy")
     return dest
 
 

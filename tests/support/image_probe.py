@@ -8,7 +8,7 @@ vllm files, the console script and /usr/share/vllm-fork (path -> sha256, exec bi
 bytecode the sha256 of the code after the 16-byte header, whose mtime differs by install).
 """
 
-PROBE = r'''
+PROBE = r"""
 import base64, csv, hashlib, importlib.metadata as md, json, os, shutil, subprocess, sys, warnings
 warnings.filterwarnings("ignore")
 site = sys.argv[1]
@@ -59,4 +59,4 @@ for root in roots:
 files["/usr/local/bin/vllm"] = [sha("/usr/local/bin/vllm"), True]
 out["files"] = files
 print(json.dumps(out))
-'''
+"""

@@ -54,8 +54,9 @@ def start_registry() -> TestRegistry:
     config = root / "config.yml"
     config.write_text(CONFIG.format(root=root / "storage", port=port))
     log = open(root / "registry.log", "wb")  # noqa: SIM115 (closed with the process)
-    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:

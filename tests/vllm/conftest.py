@@ -24,7 +24,7 @@ def _vllm_tree() -> Path:
     else:
         tree = REPO_ROOT / "build" / "vllm"
         if not tree.exists():
-            from vllm_fork.queue import apply
+            from vllm_fork.queue.apply import apply
 
             apply(REPO_ROOT)
     if not (tree / "vllm" / "__init__.py").is_file():

@@ -1,1 +1,1 @@
-"""The deployment image: the engine that builds it, the stand-in base, the daemonless push."""
+"""The Docker image: the Dockerfile and build commands, the stages' helpers, the wheel it takes."""

@@ -29,11 +29,12 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..download import fetch, sha256_file
-from ..errors import ForkError
-from ..paths import REPO_ROOT, cache_dir
-from ..pin import Pin, load_pin
-from .engine import Engine
+from vllm_fork.core.errors import ForkError
+from vllm_fork.core.fs import link_or_copy, sha256_file
+from vllm_fork.core.paths import REPO_ROOT, cache_dir
+from vllm_fork.image.engine import Engine
+from vllm_fork.upstream.download import fetch
+from vllm_fork.upstream.pin import Pin, load_pin
 
 RECIPE_FILE = Path(__file__).with_name("standin.toml")
 #: Bumped when the build steps below change in a way the recipe file does not show.
@@ -102,8 +103,12 @@ def standin_key(pin: Pin) -> str:
     """The cache key: everything the stand-in is made from, as text."""
     rec = recipe()
     text = json.dumps(
-        {"recipe_version": RECIPE_VERSION, "recipe": rec, "dockerfile": DOCKERFILE,
-         "wheel": {"file": pin.wheel.filename, "sha256": pin.wheel.sha256}},
+        {
+            "recipe_version": RECIPE_VERSION,
+            "recipe": rec,
+            "dockerfile": DOCKERFILE,
+            "wheel": {"file": pin.wheel.filename, "sha256": pin.wheel.sha256},
+        },
         sort_keys=True,
     )
     return hashlib.sha256(text.encode()).hexdigest()
@@ -146,8 +151,19 @@ def ensure_standin(engine: Engine, pin: Pin | None = None, log=print) -> StandIn
 
 def _pip_download(specs: list[str], dest: Path) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-           "--no-deps", "--only-binary=:all:", "--dest", str(dest), *specs]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--dest",
+        str(dest),
+        *specs,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise ForkError(f"pip download {' '.join(specs)} failed (pip's configured index):\n{proc.stderr[-2000:]}")
@@ -161,7 +177,7 @@ def _build(engine: Engine, pin: Pin, key: str, work: Path, log) -> dict:
     ctx = work / "context"
     official = fetch("vllm", pin.wheel.filename, pin.wheel.sha256)
     (ctx / "dist").mkdir(parents=True)
-    _link_or_copy(official, ctx / "dist" / official.name)
+    link_or_copy(official, ctx / "dist" / official.name)
     wheels = cache_dir() / "image-base" / "wheels"
     for name, specs in (("uv", [rec["wheels"]["uv"]]), ("deps", rec["wheels"]["deps"])):
         staged = _pip_download(specs, work / f"pip-{name}")
@@ -171,32 +187,54 @@ def _build(engine: Engine, pin: Pin, key: str, work: Path, log) -> dict:
             if not kept.exists():
                 wheels.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(whl, kept)
-            _link_or_copy(kept, ctx / name / whl.name)
+            link_or_copy(kept, ctx / name / whl.name)
     timings["wheels_s"] = time.monotonic() - started
 
     t = time.monotonic()
     rootfs = work / "rootfs.tar"
-    cmd = ["mmdebstrap", f"--variant={rec['rootfs']['variant']}", "--mode=root",
-           f"--include={','.join(rec['rootfs']['packages'])}", rec["rootfs"]["suite"], str(rootfs)]
+    cmd = [
+        "mmdebstrap",
+        f"--variant={rec['rootfs']['variant']}",
+        "--mode=root",
+        f"--include={','.join(rec['rootfs']['packages'])}",
+        rec["rootfs"]["suite"],
+        str(rootfs),
+    ]
     log(f"stand-in base: {' '.join(cmd)}")
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise ForkError(f"mmdebstrap failed (Debian's mirror in /etc/apt/sources.list must be reachable):\n"
-                        f"{proc.stderr[-3000:]}")
+        raise ForkError(
+            f"mmdebstrap failed (Debian's mirror in /etc/apt/sources.list must be reachable):\n{proc.stderr[-3000:]}"
+        )
     timings["rootfs_s"] = time.monotonic() - t
 
     t = time.monotonic()
     rootfs_ref = f"vllm-fork-standin/rootfs:{key[:12]}"
     engine.run("import", "--change", f"ENV PATH={PATH_ENV}", str(rootfs), rootfs_ref)
     rootfs.unlink()
-    probe = engine.run("run", "--rm", "--network", "none", rootfs_ref, "python3", "-c",
-                       "import sys, sysconfig; print(sysconfig.get_path('platlib')); "
-                       "print('%d.%d' % sys.version_info[:2])")
+    probe = engine.run(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        rootfs_ref,
+        "python3",
+        "-c",
+        "import sys, sysconfig; print(sysconfig.get_path('platlib')); print('%d.%d' % sys.version_info[:2])",
+    )
     site, python = probe.stdout.decode().split()
     tag = f"{rec['image']['repository']}:{pin.tag}"
-    (ctx / "Dockerfile").write_text(DOCKERFILE.format(
-        rootfs=rootfs_ref, path=PATH_ENV, key=key, site=site, python=python,
-        label_site=LABEL_SITE_PACKAGES, label_python=LABEL_PYTHON))
+    (ctx / "Dockerfile").write_text(
+        DOCKERFILE.format(
+            rootfs=rootfs_ref,
+            path=PATH_ENV,
+            key=key,
+            site=site,
+            python=python,
+            label_site=LABEL_SITE_PACKAGES,
+            label_python=LABEL_PYTHON,
+        )
+    )
     log(f"stand-in base: building {tag} ({engine.describe()})")
     engine.run("build", "--network=none", "--tag", tag, str(ctx))
     timings["image_s"] = time.monotonic() - t
@@ -209,9 +247,14 @@ def _build(engine: Engine, pin: Pin, key: str, work: Path, log) -> dict:
     saved.unlink()
     timings["layout_s"] = time.monotonic() - t
     timings["total_s"] = time.monotonic() - started
-    return {"key": key, "tag": tag, "site_packages": site, "python": python,
-            "manifest_digest": "sha256:" + hashlib.sha256(manifest).hexdigest(),
-            "timings": {k: round(v, 1) for k, v in timings.items()}}
+    return {
+        "key": key,
+        "tag": tag,
+        "site_packages": site,
+        "python": python,
+        "manifest_digest": "sha256:" + hashlib.sha256(manifest).hexdigest(),
+        "timings": {k: round(v, 1) for k, v in timings.items()},
+    }
 
 
 def layout_from_save(saved: Path, out: Path) -> bytes:
@@ -227,22 +270,29 @@ def layout_from_save(saved: Path, out: Path) -> bytes:
         for name in entry["Layers"]:
             tmp = out / "blobs" / ".layer.gz"
             digest = hashlib.sha256()
-            with tar.extractfile(name) as src, open(tmp, "wb") as raw:
-                # Level 1: the stand-in is big and local; the digest only has to be stable here.
-                with gzip.GzipFile(fileobj=_Tee(raw, digest), mode="wb", compresslevel=1, mtime=0) as gz:
-                    shutil.copyfileobj(src, gz, 1 << 20)
+            # Level 1: the stand-in is big and local; the digest only has to be stable here.
+            with (
+                tar.extractfile(name) as src,
+                open(tmp, "wb") as raw,
+                gzip.GzipFile(fileobj=_Tee(raw, digest), mode="wb", compresslevel=1, mtime=0) as gz,
+            ):
+                shutil.copyfileobj(src, gz, 1 << 20)
             size = tmp.stat().st_size
             os.replace(tmp, out / "blobs" / digest.hexdigest())
             layers.append({"mediaType": OCI_LAYER_GZIP, "digest": f"sha256:{digest.hexdigest()}", "size": size})
     config_digest = hashlib.sha256(config).hexdigest()
     (out / "blobs" / config_digest).write_bytes(config)
     (out / "config.json").write_bytes(config)
-    manifest = json.dumps({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": OCI_CONFIG, "digest": f"sha256:{config_digest}", "size": len(config)},
-        "layers": layers,
-    }, indent=2, sort_keys=True).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": OCI_CONFIG, "digest": f"sha256:{config_digest}", "size": len(config)},
+            "layers": layers,
+        },
+        indent=2,
+        sort_keys=True,
+    ).encode()
     (out / "manifest.json").write_bytes(manifest)
     return manifest
 
@@ -259,13 +309,6 @@ class _Tee:
 
     def flush(self) -> None:
         self.raw.flush()
-
-
-def _link_or_copy(src: Path, dest: Path) -> None:
-    try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copyfile(src, dest)
 
 
 def verified_blob(standin: StandIn, digest: str) -> Path:

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from ..errors import ForkError
+from vllm_fork.core.errors import ForkError
 
 #: `docker` is looked up on PATH; this overrides it (e.g. /usr/bin/docker, Debian's client).
 CLIENT_ENV = "VLLM_FORK_DOCKER"
@@ -58,12 +58,24 @@ class Engine:
     def build_prefix(self) -> list[str]:
         return [self.client, "buildx", "build"] if self.kind == BUILDX else [self.client, "build"]
 
-    def run(self, *args: str, check: bool = True, capture: bool = True, input: bytes | None = None,
-            timeout: float | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        *args: str,
+        check: bool = True,
+        capture: bool = True,
+        input: bytes | None = None,
+        timeout: float | None = None,
+    ) -> subprocess.CompletedProcess:
         """`docker ARGS` against this engine; on failure a ForkError with the client's stderr."""
         try:
-            proc = subprocess.run([self.client, *args], env=self.environ(), capture_output=capture,
-                                  input=input, timeout=timeout, check=False)
+            proc = subprocess.run(
+                [self.client, *args],
+                env=self.environ(),
+                capture_output=capture,
+                input=input,
+                timeout=timeout,
+                check=False,
+            )
         except OSError as exc:
             raise ForkError(f"cannot run the docker client {self.client}: {exc.strerror}") from None
         if check and proc.returncode != 0:
@@ -99,8 +111,10 @@ def find_engine(host: str | None = None, client: str | None = None) -> Engine:
     """
     client = client or client_path()
     if client is None or shutil.which(client) is None:
-        raise ForkError(f"docker is not installed ({client or 'no `docker` on PATH'}); `invoke docker --dry-run` prints the command to run "
-                        "elsewhere, or `invoke docker --push --tag REGISTRY/REPO:TAG` pushes without an engine")
+        raise ForkError(
+            f"docker is not installed ({client or 'no `docker` on PATH'}); `invoke docker --dry-run` prints the command to run "
+            "elsewhere, or `invoke docker --push --tag REGISTRY/REPO:TAG` pushes without an engine"
+        )
     probe = Engine(client, BUILDKIT, host)
     kind = BUILDX if has_buildx(client, probe.environ()) else BUILDKIT
     engine = Engine(client, kind, host)

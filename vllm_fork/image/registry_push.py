@@ -29,6 +29,7 @@ import calendar
 import csv
 import gzip
 import hashlib
+import importlib.util
 import io
 import json
 import marshal
@@ -44,12 +45,15 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..docker import DOCKERFILE, ForkWheel, _logical_lines, _strip_userinfo
-from ..download import fetch
-from ..errors import ForkError
-from ..oci import Registry
-from ..pin import Pin
-from .base import LABEL_PYTHON, LABEL_SITE_PACKAGES
+from vllm_fork.core.errors import ForkError
+from vllm_fork.core.paths import REPO_ROOT, patches_dir
+from vllm_fork.image.base import LABEL_PYTHON, LABEL_SITE_PACKAGES
+from vllm_fork.image.dockerfile import DOCKERFILE, base_image, check_platform, image_labels, logical_lines
+from vllm_fork.image.plan import fork_revision
+from vllm_fork.image.wheel import ForkWheel, find_wheel, load_wheel, stale_reasons, strip_userinfo
+from vllm_fork.ops.oci import Registry
+from vllm_fork.upstream.download import fetch
+from vllm_fork.upstream.pin import Pin, load_pin
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -80,6 +84,7 @@ LOOPBACK = re.compile(r"^(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$")
 
 
 # --- references and registries ---------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Ref:
@@ -113,8 +118,10 @@ def get_manifest(reg: Registry, reference: str) -> tuple[bytes, str]:
         with reg.open("GET", reg.url(f"manifests/{reference}"), headers={"Accept": ACCEPT}) as resp:
             return resp.read(), resp.headers.get("Content-Type", "").split(";")[0]
     except urllib.error.HTTPError as exc:
-        raise ForkError(f"{reg.remote}:{reference}: the registry answered {exc.code} {exc.reason} for the "
-                        "base image's manifest; push the base there first, or name it with --base-image") from None
+        raise ForkError(
+            f"{reg.remote}:{reference}: the registry answered {exc.code} {exc.reason} for the "
+            "base image's manifest; push the base there first, or name it with --base-image"
+        ) from None
     except urllib.error.URLError as exc:
         raise ForkError(f"{reg.remote}: {exc.reason}") from None
 
@@ -161,6 +168,7 @@ def platform_manifest(reg: Registry, tag: str, platform: str) -> tuple[bytes, st
 
 
 # --- the delta layer ---------------------------------------------------------------------
+
 
 def _record(zf: zipfile.ZipFile, dist_info: str) -> dict[str, tuple[str, str]]:
     """RECORD as path -> (hash, size)."""
@@ -210,7 +218,7 @@ def delta_files(official: Path, patched: Path, site: str, python: str, mtime: in
 
     # bytecode of changed and new sources: compiled here when this interpreter is the base's.
     tag = f"cpython-{python.replace('.', '')}"
-    same_python = "%d.%d" % sys.version_info[:2] == python
+    same_python = f"{sys.version_info[0]}.{sys.version_info[1]}" == python
     to_compile = [n for n in changed + added if n.endswith(".py")]
     for name in to_compile:
         src = f"{site}/{name}"
@@ -252,8 +260,8 @@ def delta_files(official: Path, patched: Path, site: str, python: str, mtime: in
     manifest = {
         "name": "vllm",
         "route": "registry",
-        "from_version": old_info[len("vllm-"):-len(".dist-info")],
-        "version": new_info[len("vllm-"):-len(".dist-info")],
+        "from_version": old_info[len("vllm-") : -len(".dist-info")],
+        "version": new_info[len("vllm-") : -len(".dist-info")],
         "changed": [f"{site}/{n}" for n in changed],
         "added": [f"{site}/{n}" for n in added],
         "removed": [f"{site}/{n}" for n in removed] + [f"{site}/{old_info}"],
@@ -277,8 +285,6 @@ def _console_scripts(entry_points: str) -> dict[str, str]:
 
 def _bytecode(source: bytes, path: str, mtime: int) -> bytes:
     """A timestamp-based .pyc, as py_compile writes it, for a source with this mtime."""
-    import importlib.util
-
     code = compile(source, path, "exec", dont_inherit=True)
     header = importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little")
     header += (mtime & 0xFFFFFFFF).to_bytes(4, "little") + (len(source) & 0xFFFFFFFF).to_bytes(4, "little")
@@ -319,9 +325,10 @@ def gzip_bytes(data: bytes) -> bytes:
 
 # --- the config, from the Dockerfile's image stage ---------------------------------------
 
+
 def image_stage_config(dockerfile: Path, args: dict[str, str]) -> dict:
     """LABEL, ENV, EXPOSE, HEALTHCHECK and ENTRYPOINT of the Dockerfile's `image` stage."""
-    lines = _logical_lines(dockerfile.read_text())
+    lines = logical_lines(dockerfile.read_text())
     stage, out = None, {"Labels": {}, "Env": {}, "ExposedPorts": {}, "Healthcheck": None, "Entrypoint": None}
     for line in lines:
         word, _, rest = line.partition(" ")
@@ -346,8 +353,12 @@ def image_stage_config(dockerfile: Path, args: dict[str, str]) -> dict:
             check = {"Test": ["CMD", *json.loads(cmd)]}
             for opt in shlex.split(opts):
                 name, _, value = opt.lstrip("-").partition("=")
-                key = {"interval": "Interval", "timeout": "Timeout", "start-period": "StartPeriod",
-                       "retries": "Retries"}[name]
+                key = {
+                    "interval": "Interval",
+                    "timeout": "Timeout",
+                    "start-period": "StartPeriod",
+                    "retries": "Retries",
+                }[name]
                 check[key] = int(value) if key == "Retries" else _duration_ns(value)
             out["Healthcheck"] = check
     return out
@@ -383,6 +394,7 @@ def new_config(base_config: dict, stage: dict, diff_id: str, created: str, summa
 
 # --- the push -------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Pushed:
     refs: list[str]
@@ -393,8 +405,18 @@ class Pushed:
     manifest: dict
 
 
-def push_image(*, root: Path, pin: Pin, wheel: ForkWheel, base: str, tags: list[str], labels: dict[str, str],
-               platform: str, base_digest: str = "", log=print) -> Pushed:
+def push_image(
+    *,
+    root: Path,
+    pin: Pin,
+    wheel: ForkWheel,
+    base: str,
+    tags: list[str],
+    labels: dict[str, str],
+    platform: str,
+    base_digest: str = "",
+    log=print,
+) -> Pushed:
     """Append the delta layer to `base` (REGISTRY/REPO:TAG, read by `base_digest` when given)."""
     base_ref = Ref.parse(base)
     base_reg = base_ref.registry()
@@ -409,11 +431,16 @@ def push_image(*, root: Path, pin: Pin, wheel: ForkWheel, base: str, tags: list[
     with zipfile.ZipFile(wheel.path) as zf:
         mtime = calendar.timegm(zf.getinfo(f"{_dist_info(zf)}/METADATA").date_time + (0, 0, 0))
     files, delta = delta_files(official, wheel.path, site, python, mtime)
-    record = _strip_userinfo(wheel.record)
-    files.append(LayerFile(f"/{PROVENANCE_DIR}/{wheel.record_path.name}",
-                           (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()))
-    files.append(LayerFile(f"/{PROVENANCE_DIR}/vllm-delta.json",
-                           (json.dumps(delta, indent=1, sort_keys=True) + "\n").encode()))
+    record = strip_userinfo(wheel.record)
+    files.append(
+        LayerFile(
+            f"/{PROVENANCE_DIR}/{wheel.record_path.name}",
+            (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(),
+        )
+    )
+    files.append(
+        LayerFile(f"/{PROVENANCE_DIR}/vllm-delta.json", (json.dumps(delta, indent=1, sort_keys=True) + "\n").encode())
+    )
     tar = layer_tar(files, mtime)
     layer = gzip_bytes(tar)
     diff_id = "sha256:" + hashlib.sha256(tar).hexdigest()
@@ -421,19 +448,25 @@ def push_image(*, root: Path, pin: Pin, wheel: ForkWheel, base: str, tags: list[
 
     docker_types = media == DOCKER_MANIFEST
     created = base_config.get("created") or "1970-01-01T00:00:00Z"
-    summary = (f"vllm-fork: vllm {delta['from_version']} -> {delta['version']} appended in the registry "
-               f"({len(delta['changed'])} changed, {len(delta['added'])} new, {len(delta['removed'])} removed)")
+    summary = (
+        f"vllm-fork: vllm {delta['from_version']} -> {delta['version']} appended in the registry "
+        f"({len(delta['changed'])} changed, {len(delta['added'])} new, {len(delta['removed'])} removed)"
+    )
     stage = image_stage_config(root / DOCKERFILE, labels)
     config = json.dumps(new_config(base_config, stage, diff_id, created, summary), sort_keys=True).encode()
     config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
     manifest = {
         "schemaVersion": 2,
         "mediaType": media,
-        "config": {"mediaType": DOCKER_CONFIG if docker_types else OCI_CONFIG,
-                   "digest": config_digest, "size": len(config)},
-        "layers": [*base_manifest["layers"],
-                   {"mediaType": DOCKER_LAYER if docker_types else OCI_LAYER,
-                    "digest": layer_digest, "size": len(layer)}],
+        "config": {
+            "mediaType": DOCKER_CONFIG if docker_types else OCI_CONFIG,
+            "digest": config_digest,
+            "size": len(config),
+        },
+        "layers": [
+            *base_manifest["layers"],
+            {"mediaType": DOCKER_LAYER if docker_types else OCI_LAYER, "digest": layer_digest, "size": len(layer)},
+        ],
     }
     manifest_out = json.dumps(manifest, indent=2, sort_keys=True).encode()
     digest = "sha256:" + hashlib.sha256(manifest_out).hexdigest()
@@ -451,42 +484,62 @@ def push_image(*, root: Path, pin: Pin, wheel: ForkWheel, base: str, tags: list[
             refs.append(f"{ref}@{digest}")
             log(f"pushed {ref}@{digest}")
     except urllib.error.HTTPError as exc:
-        raise ForkError(f"the registry answered {exc.code} {exc.reason} ({exc.url}); check that it allows "
-                        "pushes to the repository") from None
+        raise ForkError(
+            f"the registry answered {exc.code} {exc.reason} ({exc.url}); check that it allows pushes to the repository"
+        ) from None
     except urllib.error.URLError as exc:
         raise ForkError(f"registry unreachable: {exc.reason}") from None
     return Pushed(refs, digest, layer_digest, len(layer), sum(1 for f in files if f.kind == "file"), delta)
 
 
-def run(*, wheel: Path | None, tags: list[str], platform: str | None, base_digest: str | None,
-        base_image: str | None, allow_stale: bool, dry_run: bool, root: Path | None = None, log=print) -> Pushed | None:
+def run(
+    *,
+    wheel: Path | None,
+    tags: list[str],
+    platform: str | None,
+    base_digest: str | None,
+    base_repository: str | None,
+    allow_stale: bool,
+    dry_run: bool,
+    root: Path | None = None,
+    log=print,
+) -> Pushed | None:
     """`invoke docker --push`: the checks `invoke docker` makes, then the append in the registry."""
-    from .. import docker as img
-    from ..paths import REPO_ROOT, patches_dir
-    from ..pin import load_pin
-
     root = root or REPO_ROOT
     if not tags:
         raise ForkError("--push needs --tag REGISTRY/REPOSITORY:TAG (where to push the image)")
     pin = load_pin(root)
-    fork_wheel = img.load_wheel(wheel) if wheel else img.find_wheel(root / "dist", pin)
-    stale = img.stale_reasons(fork_wheel, pin, patches_dir(root))
+    fork_wheel = load_wheel(wheel) if wheel else find_wheel(root / "dist", pin)
+    stale = stale_reasons(fork_wheel, pin, patches_dir(root))
     if stale and not allow_stale:
         detail = "".join(f"\n  - {r}" for r in stale)
-        raise ForkError(f"{fork_wheel.path.name} is not the build of the current pin and series:{detail}\n"
-                        "Run `invoke build` to rebuild it (or pass --allow-stale to ship it anyway).")
-    base = img.base_image(root / DOCKERFILE, pin, base_digest)
-    if base_image:
-        base["VLLM_BASE_IMAGE"] = base_image
+        raise ForkError(
+            f"{fork_wheel.path.name} is not the build of the current pin and series:{detail}\n"
+            "Run `invoke build` to rebuild it (or pass --allow-stale to ship it anyway)."
+        )
+    base = base_image(root / DOCKERFILE, pin, base_digest)
+    if base_repository:
+        base["VLLM_BASE_IMAGE"] = base_repository
     base_ref = f"{base['VLLM_BASE_IMAGE']}:{base['VLLM_BASE_TAG']}"
-    labels = {**base, **img.image_labels(fork_wheel, base, img.fork_revision(root))}
-    platform = img.check_platform(platform, fork_wheel.platform)
+    labels = {**base, **image_labels(fork_wheel, base, fork_revision(root))}
+    platform = check_platform(platform, fork_wheel.platform)
     if dry_run:
-        log(f"# no engine: append the delta of {fork_wheel.path.name} to {base_ref} in the registry, "
-            f"then tag {', '.join(tags)}")
+        log(
+            f"# no engine: append the delta of {fork_wheel.path.name} to {base_ref} in the registry, "
+            f"then tag {', '.join(tags)}"
+        )
         return None
-    pushed = push_image(root=root, pin=pin, wheel=fork_wheel, base=base_ref, tags=tags, labels=labels,
-                        platform=platform, base_digest=base["VLLM_BASE_DIGEST"], log=log)
+    pushed = push_image(
+        root=root,
+        pin=pin,
+        wheel=fork_wheel,
+        base=base_ref,
+        tags=tags,
+        labels=labels,
+        platform=platform,
+        base_digest=base["VLLM_BASE_DIGEST"],
+        log=log,
+    )
     log(f"delta layer {pushed.layer_digest}: {pushed.files} files, {pushed.layer_size} bytes compressed")
     return pushed
 

@@ -1,0 +1,198 @@
+"""Run vLLM's `LLM` engine once, resident or with `--offload-towers`; print JSON.
+
+    python3 tests/gpu/engine_probe.py CHECKPOINT_DIR --mode resident|streamed
+        [--cudagraphs] [--requests 20] [--latency-repeats 0]
+
+One engine per process, so every figure (GPU memory, pinned host memory,
+RSS) is this engine's alone; the engine core runs in this process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so the worker's figures are read
+directly. The tests (`test_engine_offload_towers.py`) and the benchmark
+(`benchmarks/engine_offload.py`) both run it as a subprocess.
+
+On the GPU test machine vLLM's compiled kernels are stand-ins
+(`VLLM_GPU_STANDINS=1`, see ../shared/gpu/README.md), which need a few
+backend choices; on a real install those are left to vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from vlm_checkpoint import image_of_tokens  # noqa: E402
+
+MiB = 1 << 20
+VISION_TOKENS = "<|vision_start|><|image_pad|><|vision_end|>"
+
+# Image sizes in tokens (each a 32x32-pixel merge of four 16-pixel patches).
+COMPARED_IMAGES = [[2223], [64, 256], [1024], [256, 64, 768]]
+GROWTH_SIZES = [64, 256, 1024, 2223, 128, 512, 768, 1536]
+
+
+def harness_kwargs(cudagraphs: bool) -> dict:
+    """Engine options the GPU test machine's stand-in kernels need."""
+    if os.environ.get("VLLM_GPU_STANDINS") != "1":
+        return {} if cudagraphs else {"enforce_eager": True}
+    compilation: dict = {"custom_ops": ["none"], "mode": 0}
+    if cudagraphs:
+        compilation["cudagraph_mode"] = "FULL_DECODE_ONLY"
+    return {
+        "attention_backend": "TRITON_ATTN",
+        "enforce_eager": not cudagraphs,
+        "compilation_config": compilation,
+        "kernel_config": {
+            "ir_op_priority": {
+                "rms_norm": ["native"],
+                "fused_add_rms_norm": ["native"],
+            }
+        },
+    }
+
+
+def mode_kwargs(mode: str) -> dict:
+    if mode == "streamed":
+        return {"offload_backend": "prefetch", "offload_towers": True}
+    assert mode == "resident", mode
+    return {}
+
+
+def image_prompt(sizes: list[int], seed: int) -> dict:
+    images = [image_of_tokens(tokens, seed=seed * 10 + i) for i, tokens in enumerate(sizes)]
+    prompt = (
+        "<|im_start|>user\n"
+        + VISION_TOKENS * len(sizes)
+        + "Describe the picture in one sentence.<|im_end|>\n<|im_start|>assistant\n"
+    )
+    return {"prompt": prompt, "multi_modal_data": {"image": images}}
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _worker_figures(worker) -> dict:
+    """Read in the worker: weights, KV cache, tower and host memory."""
+    import torch
+    from vllm.model_executor.offloader import get_offloader
+
+    model = worker.model_runner.get_model()
+    tower = getattr(model, "visual", None)
+    tower_bytes = sum(p.numel() * p.element_size() for p in tower.parameters()) if tower else 0
+    streamer = getattr(get_offloader(), "tower_streamer", None)
+    host_stats = torch.cuda.host_memory_stats()
+    return {
+        "weights_bytes": int(worker.model_runner.model_memory_usage),
+        "kv_cache_bytes": int(worker.available_kv_cache_memory_bytes),
+        "num_gpu_blocks": worker.cache_config.num_gpu_blocks,
+        "tower_param_bytes": tower_bytes,
+        "streamer_host_bytes": streamer.host_bytes if streamer else 0,
+        "streamer_pinning": sorted({t.arena.pinning for t in streamer.towers}) if streamer else [],
+        "caching_allocator_pinned_bytes": int(host_stats.get("allocated_bytes.current", 0)),
+        "caching_allocator_pinned_reserved_bytes": int(host_stats.get("reserved_bytes.current", 0)),
+        "gpu_allocated_bytes": torch.cuda.memory_allocated(),
+    }
+
+
+def _gpu_allocated(worker) -> int:
+    import torch
+
+    torch.cuda.synchronize()
+    return torch.cuda.memory_allocated()
+
+
+def run(checkpoint: str, mode: str, cudagraphs: bool, requests: int, repeats: int) -> dict:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    from vllm import LLM, SamplingParams
+
+    rss_before = _rss_bytes()
+    started = time.perf_counter()
+    llm = LLM(
+        model=checkpoint,
+        load_format="dummy",
+        max_model_len=8192,
+        gpu_memory_utilization=0.3,
+        limit_mm_per_prompt={"image": 3},
+        seed=0,
+        **harness_kwargs(cudagraphs),
+        **mode_kwargs(mode),
+    )
+    startup_s = time.perf_counter() - started
+    figures = llm.collective_rpc(_worker_figures)[0]
+    rss_after_load = _rss_bytes()
+
+    greedy = SamplingParams(temperature=0.0, max_tokens=8, prompt_logprobs=0, logprobs=0)
+    prompts = [image_prompt(sizes, seed=i) for i, sizes in enumerate(COMPARED_IMAGES)]
+    prompts.append({"prompt": "<|im_start|>user\nHello there.<|im_end|>\n<|im_start|>assistant\n"})
+    outputs = llm.generate(prompts, greedy, use_tqdm=False)
+    compared = [
+        {
+            "prompt_tokens": len(out.prompt_token_ids),
+            "tokens": list(out.outputs[0].token_ids),
+            "prompt_logprobs": [
+                None if lp is None else lp[token].logprob
+                for token, lp in zip(out.prompt_token_ids, out.prompt_logprobs)
+            ],
+        }
+        for out in outputs
+    ]
+
+    # 20 image requests of varying sizes, one at a time: GPU memory after each.
+    allocated = []
+    for i in range(requests):
+        size = GROWTH_SIZES[i % len(GROWTH_SIZES)]
+        llm.generate([image_prompt([size], seed=100 + i)], greedy, use_tqdm=False)
+        allocated.append(llm.collective_rpc(_gpu_allocated)[0])
+
+    latency = []
+    for i in range(repeats):
+        prompt = image_prompt([2223], seed=1000 + i)  # a new image each time
+        for max_tokens in (1, 16):
+            params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+            t0 = time.perf_counter()
+            llm.generate([prompt], params, use_tqdm=False)
+            latency.append({"max_tokens": max_tokens, "seconds": time.perf_counter() - t0})
+            prompt = image_prompt([2223], seed=2000 + i)
+
+    return {
+        "mode": mode,
+        "cudagraphs": cudagraphs,
+        "startup_s": startup_s,
+        **figures,
+        "rss_before_bytes": rss_before,
+        "rss_after_load_bytes": rss_after_load,
+        "rss_end_bytes": _rss_bytes(),
+        "peak_rss_bytes": _peak_rss_bytes(),
+        "compared": compared,
+        "gpu_allocated_after_requests": allocated,
+        "latency": latency,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("--mode", choices=["resident", "streamed"], required=True)
+    parser.add_argument("--cudagraphs", action="store_true")
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--latency-repeats", type=int, default=0)
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    args = parser.parse_args()
+    result = run(args.checkpoint, args.mode, args.cudagraphs, args.requests, args.latency_repeats)
+    Path(args.out).write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

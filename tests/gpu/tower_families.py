@@ -1,0 +1,1435 @@
+"""The multimodal towers of vLLM 0.33.0, built and encoded the way their models do.
+
+One entry per model family whose tower can be built from a config with random
+weights. Each entry builds the children that the model class creates inside
+`_mark_tower_model` (the same classes, prefixes and `quant_config=None`) from a
+transformers (or vLLM) config, at one of two sizes:
+
+- ``"tiny"``: a few small layers, for the CPU (tests/vllm/test_tower_matrix_cpu.py);
+- ``"full"``: the released model's tower dimensions, for the GPU
+  (tests/gpu/test_tower_matrix.py, benchmarks/tower_matrix.py).
+
+Encoding goes through the model class's own `_process_image_input` (or its
+audio equivalent), called on a *host*: a bare instance of the model class
+(`__new__` + `nn.Module.__init__`, no language model) holding the towers and
+the few attributes that method reads. So the forward path, casts and splits
+are upstream's, not a copy of them.
+
+The callers need a vLLM config context (`vllm_context`), a device and a dtype;
+`build_family` returns the host with seeded random weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import math
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+TINY = "tiny"
+FULL = "full"
+
+
+@dataclass(frozen=True)
+class TowerFamily:
+    """How to build one family's towers and encode real-shaped inputs.
+
+    Attributes:
+        name: Short name of the family (the matrix's row).
+        model: The vLLM model class, as ``"module:Class"`` under
+            `vllm.model_executor.models`.
+        towers: The names `_mark_tower_model` wraps (attribute paths on the
+            model), in construction order.
+        build: Sets the towers (and what the encode reads) on the host.
+        inputs: The `*_input` dict the model's process method receives.
+        process: The model's method that runs the towers.
+        full_tower: The released checkpoint whose tower "full" reproduces.
+        cpu_skip: Why the family cannot be built or run on the CPU, if so.
+        slow_on_cpu: Whether the tiny CPU run takes more than a few seconds.
+
+    """
+
+    name: str
+    model: str
+    towers: tuple[str, ...]
+    build: Callable[[nn.Module, str], None]
+    inputs: Callable[[nn.Module, str, torch.Generator], dict[str, Any]]
+    process: str = "_process_image_input"
+    full_tower: str = ""
+    cpu_skip: str | None = None
+    slow_on_cpu: bool = False
+    needs: tuple[str, ...] = ()
+
+    def missing(self) -> str | None:
+        """Why this family cannot be built here (a module it imports), if so."""
+        for module in self.needs:
+            if importlib.util.find_spec(module) is None:
+                return f"{self.model.split(':')[0]}.py imports {module!r} at module level and it is not installed here"
+        return None
+
+    def model_class(self) -> type[nn.Module]:
+        module, cls = self.model.split(":")
+        return getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), cls)
+
+
+# -- vLLM state --------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def vllm_context(backend: str) -> Iterator[Any]:
+    """A VllmConfig context with tensor and pipeline parallel size 1.
+
+    `backend` is "gloo" on the CPU and "nccl" on a GPU.
+    """
+    from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import (
+        cleanup_dist_env_and_memory,
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+
+    config = VllmConfig(compilation_config=CompilationConfig(custom_ops=["none"]))
+    with set_current_vllm_config(config):
+        init_distributed_environment(
+            world_size=1,
+            rank=0,
+            local_rank=0,
+            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
+            backend=backend,
+        )
+        initialize_model_parallel(1, 1)
+        try:
+            yield config
+        finally:
+            cleanup_dist_env_and_memory()
+
+
+# -- building and encoding ---------------------------------------------------
+
+
+def bare_host(cls: type[nn.Module]) -> nn.Module:
+    """An instance of a model class without its __init__ (no language model)."""
+    host = cls.__new__(cls)
+    nn.Module.__init__(host)
+    host.use_data_parallel = False
+    from vllm.config import get_current_vllm_config
+
+    host.vllm_config = get_current_vllm_config()
+    return host
+
+
+def build_family(
+    family: TowerFamily,
+    size: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    seed: int = 0,
+) -> nn.Module:
+    """The family's host with its towers built on `device` in `dtype`.
+
+    Built as vLLM's loader builds a model (default device and dtype set),
+    then every parameter is drawn from N(0, 0.02) with a seeded generator:
+    the same weights for the same seed, resident or streamed.
+    """
+    host = bare_host(family.model_class())
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            family.build(host, size)
+    finally:
+        torch.set_default_dtype(default_dtype)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for tower in towers_of(family, host).values():
+            for param in tower.parameters():
+                if param.is_floating_point():
+                    param.normal_(std=0.02, generator=generator)
+    if device.type == "cpu":
+        use_plain_cpu_linear(host)
+    return host
+
+
+def towers_of(family: TowerFamily, host: nn.Module) -> dict[str, nn.Module]:
+    """The modules `_mark_tower_model` hands to the offloader, by name."""
+    return {name: host.get_submodule(name) for name in family.towers}
+
+
+def use_plain_cpu_linear(host: nn.Module) -> None:
+    """Let vLLM's linear layers run on the CPU without its compiled kernels.
+
+    vLLM's CPU GEMM dispatch is set up after loading and needs its compiled
+    ops; plain `F.linear` is what it falls back to without them.
+    """
+    import torch.nn.functional as F
+    from vllm.model_executor.layers.linear import LinearBase
+
+    for module in host.modules():
+        if isinstance(module, LinearBase):
+            module.cpu_linear = F.linear
+
+
+def make_inputs(family: TowerFamily, host: nn.Module, size: str, device: torch.device, seed: int = 1) -> dict[str, Any]:
+    generator = torch.Generator(device=device).manual_seed(seed)
+    return family.inputs(host, size, generator)
+
+
+def encode(family: TowerFamily, host: nn.Module, inputs: dict[str, Any]) -> list[torch.Tensor]:
+    """Run the model's own process method; the output as a flat tensor list."""
+    method = getattr(type(host), family.process)
+    with torch.inference_mode():
+        out = method(host, inputs)
+    return flatten(out)
+
+
+def flatten(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    return [t for item in out for t in flatten(item)]
+
+
+def max_abs_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        return math.inf
+    return max(
+        ((x.float() - y.float()).abs().max().item() for x, y in zip(a, b) if x.numel()),
+        default=0.0,
+    )
+
+
+def bit_identical(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(
+        x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(a, b)
+    )
+
+
+def device_properties(host: nn.Module, towers: dict[str, nn.Module]) -> dict[str, str]:
+    """The `device` properties the host and its towers report, by name."""
+    found = {}
+    for name, module in [("<model>", host), *towers.items()]:
+        if isinstance(getattr(type(module), "device", None), property):
+            try:
+                found[name] = str(module.device)
+            except Exception as e:  # noqa: BLE001 - recorded, not hidden
+                found[name] = f"error: {type(e).__name__}: {e}"
+    return found
+
+
+# -- input helpers -----------------------------------------------------------
+
+
+def _dtype() -> torch.dtype:
+    return torch.get_default_dtype()
+
+
+def randn(generator: torch.Generator, *shape: int, dtype: torch.dtype | None = None):
+    return torch.randn(*shape, generator=generator, device=generator.device, dtype=dtype or torch.float32)
+
+
+def _size(size: str, tiny: Any, full: Any) -> Any:
+    return tiny if size == TINY else full
+
+
+# -- Qwen2-VL / Qwen2.5-VL / Qwen3-VL style towers (patches + grid_thw) -----
+
+
+def grid_inputs(
+    grids: list[list[int]], patch_dim: int, generator: torch.Generator, dtype: torch.dtype
+) -> dict[str, Any]:
+    patches = sum(t * h * w for t, h, w in grids)
+    return {
+        "type": "pixel_values",
+        "pixel_values": randn(generator, patches, patch_dim).to(dtype),
+        # mm kwargs' grids stay on the host (`keep_on_cpu` or `.tolist()`).
+        "image_grid_thw": torch.tensor(grids, dtype=torch.long),
+    }
+
+
+# Real image shapes for the "full" runs: a 1036x1484 image at patch 14 with
+# merge 2 (74x106 patches, 1961 tokens) and a smaller second image.
+GRIDS_FULL_14 = [[1, 74, 106], [1, 36, 52]]
+GRIDS_FULL_16 = [[1, 64, 92], [1, 32, 44]]
+GRIDS_TINY = [[1, 8, 12], [1, 4, 4]]
+
+
+def _qwen_grid_inputs(patch_full: int, temporal: int = 2):
+    def inputs(host: nn.Module, size: str, generator: torch.Generator):
+        patch = _size(size, 4, patch_full)
+        grids = _size(size, GRIDS_TINY, GRIDS_FULL_14 if patch_full == 14 else GRIDS_FULL_16)
+        return grid_inputs(grids, 3 * temporal * patch * patch, generator, _dtype())
+
+    return inputs
+
+
+def _build_qwen2_vl(host: nn.Module, size: str) -> None:
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
+    from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
+    from vllm.model_executor.models.qwen2_vl import Qwen2VisionTransformer
+
+    config = _size(
+        size,
+        Qwen2VLVisionConfig(
+            depth=3,
+            embed_dim=64,
+            hidden_size=96,
+            num_heads=4,
+            mlp_ratio=2,
+            patch_size=4,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+        ),
+        # Qwen2-VL-7B-Instruct: depth 32, width 1280, out 3584.
+        Qwen2VLVisionConfig(
+            depth=32,
+            embed_dim=1280,
+            hidden_size=3584,
+            num_heads=16,
+            mlp_ratio=4,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+        ),
+    )
+    host.visual = Qwen2VisionTransformer(
+        config,
+        norm_eps=1e-6,
+        quant_config=None,
+        input_norm=build_mm_input_norm(None),
+        prefix="visual",
+    )
+
+
+def _build_qwen2_5_vl(host: nn.Module, size: str) -> None:
+    from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import (
+        Qwen2_5_VLVisionConfig,
+    )
+    from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
+    from vllm.model_executor.models.qwen2_5_vl import Qwen2_5_VisionTransformer
+
+    config = _size(
+        size,
+        Qwen2_5_VLVisionConfig(
+            depth=4,
+            hidden_size=64,
+            intermediate_size=128,
+            num_heads=4,
+            out_hidden_size=96,
+            patch_size=4,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            window_size=32,
+            fullatt_block_indexes=[1, 3],
+            hidden_act="silu",
+        ),
+        # Qwen2.5-VL-7B-Instruct.
+        Qwen2_5_VLVisionConfig(
+            depth=32,
+            hidden_size=1280,
+            intermediate_size=3420,
+            num_heads=16,
+            out_hidden_size=3584,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            window_size=112,
+            fullatt_block_indexes=[7, 15, 23, 31],
+            hidden_act="silu",
+        ),
+    )
+    host.visual = Qwen2_5_VisionTransformer(
+        vision_config=config,
+        norm_eps=1e-6,
+        quant_config=None,
+        input_norm=build_mm_input_norm(None),
+        prefix="visual",
+    )
+
+
+def _qwen3_vision_config(size: str):
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+
+    return _size(
+        size,
+        Qwen3VLVisionConfig(
+            depth=4,
+            hidden_size=64,
+            num_heads=4,
+            intermediate_size=128,
+            out_hidden_size=96,
+            deepstack_visual_indexes=[1, 2],
+            num_position_embeddings=64,
+            patch_size=4,
+            temporal_patch_size=2,
+            spatial_merge_size=2,
+            in_channels=3,
+        ),
+        # Qwen3-VL-8B-Instruct.
+        Qwen3VLVisionConfig(
+            depth=27,
+            hidden_size=1152,
+            num_heads=16,
+            intermediate_size=4304,
+            out_hidden_size=4096,
+            deepstack_visual_indexes=[8, 16, 24],
+            num_position_embeddings=2304,
+            patch_size=16,
+            temporal_patch_size=2,
+            spatial_merge_size=2,
+            in_channels=3,
+            hidden_act="gelu_pytorch_tanh",
+        ),
+    )
+
+
+def _build_qwen3_vl(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
+    from vllm.model_executor.models.qwen3_vl import Qwen3_VisionTransformer
+
+    host.visual = Qwen3_VisionTransformer(
+        _qwen3_vision_config(size),
+        norm_eps=1e-6,
+        quant_config=None,
+        input_norm=build_mm_input_norm(None),
+        prefix="visual",
+    )
+
+
+def remote_config(**attrs: Any):
+    """A config for a family whose transformers config is remote code.
+
+    vLLM reads these as attributes of the checkpoint's config; a plain
+    `PretrainedConfig` carrying the released model's values is what
+    `AutoConfig(trust_remote_code=True)` gives it.
+    """
+    from transformers import PretrainedConfig
+
+    config = PretrainedConfig()
+    for key, value in attrs.items():
+        setattr(config, key, value)
+    return config
+
+
+# -- Qwen3-Omni: audio and vision towers --------------------------------------
+
+
+def _qwen3_omni_vision_config(size: str):
+    from transformers.models.qwen3_omni_moe.configuration_qwen3_omni_moe import (
+        Qwen3OmniMoeVisionEncoderConfig,
+    )
+
+    if size == TINY:
+        config = Qwen3OmniMoeVisionEncoderConfig(
+            depth=4,
+            hidden_size=64,
+            num_heads=4,
+            intermediate_size=128,
+            out_hidden_size=96,
+            deepstack_visual_indexes=[1, 2],
+            num_position_embeddings=64,
+            patch_size=4,
+        )
+    else:  # Qwen3-Omni-30B-A3B
+        config = Qwen3OmniMoeVisionEncoderConfig(
+            depth=27,
+            hidden_size=1152,
+            num_heads=16,
+            intermediate_size=4304,
+            out_hidden_size=2048,
+            deepstack_visual_indexes=[8, 16, 24],
+            num_position_embeddings=2304,
+            patch_size=16,
+        )
+    config.image_size = 768
+    config.apply_vit_abs_pos_embed = True
+    return config
+
+
+def _build_qwen3_omni(host: nn.Module, size: str) -> None:
+    from transformers.models.qwen3_omni_moe.configuration_qwen3_omni_moe import (
+        Qwen3OmniMoeAudioEncoderConfig,
+    )
+    from vllm.model_executor.models.qwen3_omni_moe_thinker import (
+        Qwen3Omni_VisionTransformer,
+        Qwen3OmniMoeAudioEncoder,
+    )
+
+    audio = _size(
+        size,
+        Qwen3OmniMoeAudioEncoderConfig(
+            num_mel_bins=32,
+            encoder_layers=3,
+            encoder_attention_heads=4,
+            encoder_ffn_dim=128,
+            d_model=64,
+            output_dim=96,
+            n_window=50,
+            n_window_infer=400,
+            conv_chunksize=500,
+            downsample_hidden_size=32,
+        ),
+        # Qwen3-Omni-30B-A3B's audio encoder.
+        Qwen3OmniMoeAudioEncoderConfig(
+            num_mel_bins=128,
+            encoder_layers=32,
+            encoder_attention_heads=20,
+            encoder_ffn_dim=5120,
+            d_model=1280,
+            output_dim=2048,
+            n_window=50,
+            n_window_infer=800,
+            conv_chunksize=500,
+            downsample_hidden_size=480,
+        ),
+    )
+    host.audio_tower = Qwen3OmniMoeAudioEncoder(audio, prefix="audio_tower")
+    host.visual = Qwen3Omni_VisionTransformer(
+        vision_config=_qwen3_omni_vision_config(size),
+        norm_eps=1e-6,
+        quant_config=None,
+        prefix="visual",
+    )
+
+
+def _audio_feature_inputs(mel_bins: int, lengths: list[int], generator):
+    return {
+        "type": "audio_features",
+        "input_features": randn(generator, mel_bins, sum(lengths)).to(_dtype()),
+        "audio_feature_lengths": torch.tensor(lengths, dtype=torch.long),
+        "feature_attention_mask": None,
+    }
+
+
+def _qwen3_omni_audio_inputs(host: nn.Module, size: str, generator):
+    # 100 mel frames per second: 30 s and 12 s of audio.
+    return _audio_feature_inputs(_size(size, 32, 128), _size(size, [300, 120], [3000, 1200]), generator)
+
+
+# -- GLM-4.1V, dots.ocr, ERNIE-4.5-VL, PaddleOCR-VL, Keye ---------------------
+
+
+def _build_glm4_1v(host: nn.Module, size: str) -> None:
+    from transformers.models.glm4v.configuration_glm4v import (
+        Glm4vTextConfig,
+        Glm4vVisionConfig,
+    )
+    from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
+    from vllm.model_executor.models.glm4_1v import Glm4vVisionTransformer
+
+    vision = _size(
+        size,
+        Glm4vVisionConfig(
+            depth=3,
+            hidden_size=64,
+            num_heads=4,
+            image_size=32,
+            patch_size=4,
+            out_hidden_size=96,
+            intermediate_size=128,
+        ),
+        Glm4vVisionConfig(),  # the defaults are GLM-4.1V-9B's tower
+    )
+    text = _size(size, Glm4vTextConfig(hidden_size=96), Glm4vTextConfig())
+    host.visual = Glm4vVisionTransformer(
+        text,
+        vision,
+        norm_eps=1e-5,
+        quant_config=None,
+        input_norm=build_mm_input_norm(None),
+        prefix="visual",
+    )
+
+
+def _build_dots_ocr(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.dots_ocr import DotsVisionTransformer
+    from vllm.transformers_utils.configs.dotsocr import DotsVisionConfig
+
+    config = _size(
+        size,
+        DotsVisionConfig(
+            embed_dim=64,
+            hidden_size=96,
+            intermediate_size=128,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            patch_size=4,
+        ),
+        DotsVisionConfig(),  # the defaults are dots.ocr's tower (1.2B)
+    )
+    host.config = remote_config(hidden_size=config.hidden_size)
+    host.vision_tower = DotsVisionTransformer(config, quant_config=None, prefix="vision_tower")
+
+
+def _dots_inputs(host: nn.Module, size: str, generator):
+    patch = _size(size, 4, 14)
+    grids = _size(size, GRIDS_TINY, GRIDS_FULL_14)
+    return grid_inputs(grids, 3 * patch * patch, generator, _dtype())
+
+
+def _ernie_config(size: str):
+    vision = _size(
+        size,
+        remote_config(
+            depth=3,
+            embed_dim=64,
+            hidden_size=64,
+            num_heads=4,
+            mlp_ratio=2,
+            patch_size=4,
+            spatial_merge_size=2,
+            in_channels=3,
+            hidden_act="quick_gelu",
+        ),
+        # ERNIE-4.5-VL-28B-A3B's vision tower.
+        remote_config(
+            depth=32,
+            embed_dim=1280,
+            hidden_size=1280,
+            num_heads=16,
+            mlp_ratio=4,
+            patch_size=14,
+            spatial_merge_size=2,
+            in_channels=3,
+            hidden_act="quick_gelu",
+        ),
+    )
+    return remote_config(
+        vision_config=vision,
+        pixel_hidden_size=vision.hidden_size,
+        hidden_size=_size(size, 96, 2560),
+        spatial_conv_size=2,
+        temporal_conv_size=2,
+        use_temporal_conv=True,
+        rms_norm_eps=1e-5,
+    )
+
+
+def _build_ernie45_vl(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.ernie45_vl import (
+        Ernie4_5_VisionTransformer,
+        VariableResolutionResamplerModel,
+    )
+
+    config = host.config = _ernie_config(size)
+    host.vision_model = Ernie4_5_VisionTransformer(
+        config.vision_config, norm_eps=1e-5, quant_config=None, prefix="vision_model"
+    )
+    host.resampler_model = VariableResolutionResamplerModel(
+        config.pixel_hidden_size,
+        config.hidden_size,
+        config.spatial_conv_size,
+        config.temporal_conv_size,
+        config=config,
+        prefix="resampler_model",
+    )
+
+
+def _siglip_navit_config(size: str, **extra: Any):
+    return _size(
+        size,
+        remote_config(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_channels=3,
+            image_size=32,
+            patch_size=4,
+            layer_norm_eps=1e-6,
+            hidden_act="gelu_pytorch_tanh",
+            spatial_merge_size=2,
+            attention_dropout=0.0,
+            **extra,
+        ),
+        # SigLIP-so400m NaViT (PaddleOCR-VL-0.9B, Keye-VL-8B).
+        remote_config(
+            hidden_size=1152,
+            intermediate_size=4304,
+            num_hidden_layers=27,
+            num_attention_heads=16,
+            num_channels=3,
+            image_size=384,
+            patch_size=14,
+            layer_norm_eps=1e-6,
+            hidden_act="gelu_pytorch_tanh",
+            spatial_merge_size=2,
+            attention_dropout=0.0,
+            **extra,
+        ),
+    )
+
+
+def _build_paddleocr_vl(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.paddleocr_vl import Projector, SiglipVisionModel
+
+    vision = _siglip_navit_config(size)
+    config = host.config = remote_config(vision_config=vision, hidden_size=_size(size, 96, 1024))
+    config.text_config = config
+    host.visual = SiglipVisionModel(config=vision, quant_config=None, prefix="visual")
+    host.mlp_AR = Projector(config, vision)
+
+
+def _patch_image_inputs(schema: str | None):
+    """Inputs as (patches, 3, P, P) with a grid (PaddleOCR-VL, Keye)."""
+
+    def inputs(host: nn.Module, size: str, generator):
+        patch = _size(size, 4, 14)
+        grids = _size(size, GRIDS_TINY, GRIDS_FULL_14)
+        flat = grid_inputs(grids, 3 * patch * patch, generator, _dtype())
+        flat["pixel_values"] = flat["pixel_values"].view(-1, 3, patch, patch)
+        if schema is None:
+            return flat
+        module, cls = schema.split(":")
+        mod = importlib.import_module(f"vllm.model_executor.models.{module}")
+        return getattr(mod, cls)(**flat, resolve_bindings={"patch_size": patch} if module == "paddleocr_vl" else None)
+
+    return inputs
+
+
+def _build_keye(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.keye import KeyeSiglipVisionModel, Projector
+
+    vision = _siglip_navit_config(size)
+    text = remote_config(hidden_size=_size(size, 96, 4096))
+    host.config = remote_config(vision_config=vision, text_config=text)
+    host.visual = KeyeSiglipVisionModel(vision, quant_config=None, prefix="visual")
+    host.mlp_AR = Projector(text, vision, None, "mlp_AR")
+
+
+# -- InternVL, Gemma 3, Llama 4, Mistral 3, Idefics3 (fixed-size tiles) -------
+
+
+def _tiles(generator, count: int, image_size: int) -> torch.Tensor:
+    return randn(generator, count, 3, image_size, image_size).to(_dtype())
+
+
+def _build_internvl(host: nn.Module, size: str) -> None:
+    vision = _size(
+        size,
+        remote_config(
+            hidden_size=64,
+            num_attention_heads=4,
+            intermediate_size=128,
+            num_hidden_layers=3,
+            qk_normalization=False,
+            norm_type="layer_norm",
+            layer_norm_eps=1e-6,
+            hidden_act="gelu",
+            image_size=32,
+            patch_size=4,
+            num_channels=3,
+            qkv_bias=True,
+            drop_path_rate=0.0,
+            initializer_factor=1.0,
+        ),
+        # InternViT-300M-448px-V2.5 (InternVL3-8B).
+        remote_config(
+            hidden_size=1024,
+            num_attention_heads=16,
+            intermediate_size=4096,
+            num_hidden_layers=24,
+            qk_normalization=False,
+            norm_type="layer_norm",
+            layer_norm_eps=1e-6,
+            hidden_act="gelu",
+            image_size=448,
+            patch_size=14,
+            num_channels=3,
+            qkv_bias=True,
+            drop_path_rate=0.0,
+            initializer_factor=1.0,
+        ),
+    )
+    config = host.config = remote_config(
+        vision_config=vision,
+        text_config=remote_config(hidden_size=_size(size, 96, 3584)),
+        select_layer=-1,
+        downsample_ratio=0.5,
+        ps_version="v2",
+        force_image_size=vision.image_size,
+    )
+    # The model's own __init__ steps for the tower (InternVLChatModel).
+    host.downsample_ratio = config.downsample_ratio
+    host.ps_version = config.ps_version
+    host.patch_size = vision.patch_size
+    host.vision_model = host._init_vision_model(config, None, prefix="vision_model")
+    host.mlp1 = host._init_mlp1(config)
+
+
+def _internvl_inputs(host: nn.Module, size: str, generator):
+    # A 12-tile image (dynamic tiling, thumbnail included) and a 1-tile one.
+    tiles = _size(size, [3, 1], [7, 1])
+    return {
+        "type": "pixel_values",
+        "pixel_values_flat": _tiles(generator, sum(tiles), host.config.vision_config.image_size),
+        "num_patches": torch.tensor(tiles),
+    }
+
+
+def _build_gemma3(host: nn.Module, size: str) -> None:
+    from transformers import Gemma3Config
+    from vllm.model_executor.models.gemma3_mm import Gemma3MultiModalProjector
+    from vllm.model_executor.models.siglip import SiglipVisionModel
+
+    vision = _size(
+        size,
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "image_size": 32,
+            "patch_size": 4,
+        },
+        # SigLIP-so400m at 896 (Gemma 3 4B/12B/27B).
+        {
+            "hidden_size": 1152,
+            "intermediate_size": 4304,
+            "num_hidden_layers": 27,
+            "num_attention_heads": 16,
+            "image_size": 896,
+            "patch_size": 14,
+        },
+    )
+    config = host.config = Gemma3Config(
+        vision_config={**vision, "vision_use_head": False},
+        text_config={"hidden_size": _size(size, 96, 2560)},
+        mm_tokens_per_image=_size(size, 16, 256),
+    )
+    host.vision_tower = SiglipVisionModel(config.vision_config, None, prefix="vision_tower")
+    host.multi_modal_projector = Gemma3MultiModalProjector(config)
+
+
+def _gemma3_inputs(host: nn.Module, size: str, generator):
+    crops = _size(size, [2, 1], [3, 1])  # pan-and-scan crops + the image
+    return {
+        "type": "pixel_values",
+        "pixel_values": _tiles(generator, sum(crops), host.config.vision_config.image_size),
+        "num_patches": torch.tensor(crops),
+    }
+
+
+def _build_llama4(host: nn.Module, size: str) -> None:
+    from transformers import Llama4Config
+    from vllm.model_executor.models.mllama4 import (
+        Llama4MultiModalProjector,
+        Llama4VisionModel,
+    )
+
+    vision = _size(
+        size,
+        # The pixel-shuffle MLP takes 4x hidden: intermediate = 4 * hidden.
+        {
+            "hidden_size": 64,
+            "intermediate_size": 256,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "image_size": 32,
+            "patch_size": 4,
+            "pixel_shuffle_ratio": 0.5,
+            "projector_input_dim": 96,
+            "projector_output_dim": 96,
+            "vision_output_dim": 96,
+            "rope_theta": 10000,
+        },
+        # Llama 4 Scout / Maverick.
+        {
+            "hidden_size": 1408,
+            "intermediate_size": 5632,
+            "num_hidden_layers": 34,
+            "num_attention_heads": 16,
+            "image_size": 336,
+            "patch_size": 14,
+            "pixel_shuffle_ratio": 0.5,
+            "projector_input_dim": 4096,
+            "projector_output_dim": 4096,
+            "vision_output_dim": 4096,
+            "rope_theta": 10000,
+        },
+    )
+    config = host.config = Llama4Config(vision_config=vision, text_config={"hidden_size": _size(size, 96, 5120)})
+    host.vision_model = Llama4VisionModel(config=config.vision_config, quant_config=None, prefix="vision_model")
+    host.multi_modal_projector = Llama4MultiModalProjector(
+        config=config, quant_config=None, prefix="multi_modal_projector"
+    )
+
+
+def _llama4_inputs(host: nn.Module, size: str, generator):
+    chunks = _size(size, [3, 1], [5, 1])  # 2x2 tiles + global view, and one tile
+    return {
+        "type": "pixel_values",
+        "pixel_values": _tiles(generator, sum(chunks), host.config.vision_config.image_size),
+        "patches_per_image": torch.tensor(chunks),
+        "aspect_ratios": torch.tensor([[2, 2], [1, 1]]),
+    }
+
+
+def _build_mistral3(host: nn.Module, size: str) -> None:
+    from transformers import Mistral3Config
+    from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
+    from vllm.model_executor.models.mistral3 import (
+        Mistral3MultiModalProjector,
+        init_vision_tower_for_mistral3,
+    )
+
+    vision = _size(
+        size,
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "image_size": 64,
+            "patch_size": 4,
+            "head_dim": 16,
+        },
+        # Pixtral-ViT of Mistral-Small-3.1-24B.
+        {
+            "hidden_size": 1024,
+            "intermediate_size": 4096,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "image_size": 1540,
+            "patch_size": 14,
+            "head_dim": 64,
+        },
+    )
+    config = host.config = Mistral3Config(
+        vision_config=vision,
+        text_config={"hidden_size": _size(size, 96, 5120)},
+        spatial_merge_size=2,
+        multimodal_projector_bias=False,
+    )
+    host.vision_tower = init_vision_tower_for_mistral3(
+        config,
+        quant_config=None,
+        input_norm=build_mm_input_norm(None),
+        require_post_norm=False,
+        prefix="vision_tower",
+    )
+    host.multi_modal_projector = Mistral3MultiModalProjector(
+        vision_hidden_size=config.vision_config.hidden_size,
+        text_hidden_size=config.text_config.hidden_size,
+        projector_hidden_act=config.projector_hidden_act,
+        spatial_merge_size=config.spatial_merge_size,
+        patch_size=config.vision_config.patch_size,
+        multimodal_projector_bias=config.multimodal_projector_bias,
+        quant_config=None,
+        prefix="multi_modal_projector",
+    )
+
+
+def _mistral3_inputs(host: nn.Module, size: str, generator):
+    # Images at their own sizes (multiples of patch * merge), not tiles.
+    sides = _size(size, [(32, 48), (16, 16)], [(1036, 1484), (504, 728)])
+    return {
+        "type": "pixel_values",
+        "pixel_values": [randn(generator, 3, h, w).to(_dtype()) for h, w in sides],
+    }
+
+
+def _build_idefics3(host: nn.Module, size: str) -> None:
+    from transformers import Idefics3Config
+    from vllm.model_executor.models.idefics3 import (
+        Idefics3Connector,
+        Idefics3Model,
+        Idefics3VisionTransformer,
+    )
+
+    vision = _size(
+        size,
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "image_size": 32,
+            "patch_size": 4,
+        },
+        # Idefics3-8B-Llama3 (SigLIP-so400m at 364).
+        {
+            "hidden_size": 1152,
+            "intermediate_size": 4304,
+            "num_hidden_layers": 27,
+            "num_attention_heads": 16,
+            "image_size": 364,
+            "patch_size": 14,
+        },
+    )
+    config = Idefics3Config(
+        vision_config=vision,
+        text_config={"hidden_size": _size(size, 96, 4096)},
+        scale_factor=2,
+    )
+    # The towers live inside Idefics3Model (`tower_targets`): build that
+    # module without its __init__ (which builds the text model) and put
+    # the towers where `image_pixels_to_features` finds them.
+    inner = Idefics3Model.__new__(Idefics3Model)
+    nn.Module.__init__(inner)
+    inner.config = config
+    inner.vision_model = Idefics3VisionTransformer(config.vision_config, quant_config=None, prefix="model.vision_model")
+    inner.connector = Idefics3Connector(config, None, prefix="model.connector")
+    host.config = config
+    host.model = inner
+
+
+def _idefics3_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.idefics3 import Idefics3ImagePixelInputs
+
+    tiles = _size(size, [3, 1], [5, 1])  # 2x2 tiles + global image, one tile
+    side = host.config.vision_config.image_size
+    return Idefics3ImagePixelInputs(
+        type="pixel_values",
+        pixel_values=_tiles(generator, sum(tiles), side),
+        pixel_attention_mask=torch.ones(sum(tiles), side, side, dtype=torch.bool, device=generator.device),
+        num_patches=torch.tensor(tiles),
+        resolve_bindings={"h": side, "w": side},
+    )
+
+
+# -- Qwen2-Audio (transformers' Whisper-style encoder) -------------------------
+
+
+def _build_qwen2_audio(host: nn.Module, size: str) -> None:
+    from transformers import Qwen2AudioConfig
+    from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioEncoder
+    from vllm.model_executor.models.qwen2_audio import Qwen2AudioMultiModalProjector
+
+    audio = _size(
+        size,
+        {"d_model": 64, "encoder_layers": 3, "encoder_attention_heads": 4, "encoder_ffn_dim": 128, "num_mel_bins": 128},
+        # Qwen2-Audio-7B: the Whisper-large-v3 encoder.
+        {
+            "d_model": 1280,
+            "encoder_layers": 32,
+            "encoder_attention_heads": 20,
+            "encoder_ffn_dim": 5120,
+            "num_mel_bins": 128,
+        },
+    )
+    config = host.config = Qwen2AudioConfig(audio_config=audio, text_config={"hidden_size": _size(size, 96, 4096)})
+    host.audio_tower = Qwen2AudioEncoder(config.audio_config)
+    host.multi_modal_projector = Qwen2AudioMultiModalProjector(
+        config.audio_config.d_model, config.text_config.hidden_size
+    )
+
+
+def _qwen2_audio_inputs(host: nn.Module, size: str, generator):
+    # Two clips padded to Whisper's 30 s window: 30 s and 12 s.
+    lengths = [3000, 1200]
+    mask = torch.zeros(len(lengths), 3000, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    return {
+        "type": "audio_features",
+        "input_features": randn(generator, len(lengths), 128, 3000).to(_dtype()),
+        "feature_attention_mask": mask.to(generator.device),
+    }
+
+
+# -- Kimi-VL (MoonViT, native resolution) -------------------------------------
+
+
+def _build_kimi_vl(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.kimi_vl import KimiVLMultiModalProjector
+    from vllm.model_executor.models.moonvit import MoonVitPretrainedModel
+    from vllm.transformers_utils.configs.kimi_vl import KimiVLConfig
+    from vllm.transformers_utils.configs.moonvit import MoonViTConfig
+
+    vision = _size(
+        size,
+        MoonViTConfig(
+            patch_size=4,
+            init_pos_emb_height=16,
+            init_pos_emb_width=16,
+            num_attention_heads=4,
+            num_hidden_layers=3,
+            hidden_size=64,
+            intermediate_size=128,
+        ),
+        MoonViTConfig(),  # the defaults are Kimi-VL-A3B's MoonViT
+    )
+    config = host.config = KimiVLConfig(vision_config=vision, text_config={"hidden_size": _size(size, 96, 2048)})
+    host.vision_tower = MoonVitPretrainedModel(config.vision_config, prefix="vision_tower")
+    host.multi_modal_projector = KimiVLMultiModalProjector(config=config, prefix="multi_modal_projector")
+
+
+def _kimi_vl_inputs(host: nn.Module, size: str, generator):
+    patch = _size(size, 4, 14)
+    grids = _size(size, [[8, 12], [4, 4]], [[74, 106], [36, 52]])
+    patches = sum(h * w for h, w in grids)
+    return {
+        "type": "pixel_values",
+        "pixel_values": randn(generator, patches, 3, patch, patch).to(_dtype()),
+        "image_grid_hws": torch.tensor(grids, dtype=torch.long),
+    }
+
+
+# -- Step3-VL (four tower children) ---------------------------------------------
+
+
+def _build_step3_vl(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.layers.conv import Conv2dLayer
+    from vllm.model_executor.models.step3_vl import Step3VisionTransformer
+    from vllm.transformers_utils.configs.step3_vl import Step3VisionEncoderConfig
+
+    vision = _size(
+        size,
+        Step3VisionEncoderConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            output_hidden_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=4,
+        ),
+        Step3VisionEncoderConfig(),  # the defaults are Step3's tower (63 layers)
+    )
+    config = host.config = remote_config(
+        vision_config=vision,
+        hidden_size=_size(size, 96, 7168),
+        understand_projector_stride=2,
+        projector_bias=True,
+    )
+    # As in Step3VLForConditionalGeneration.__init__.
+    host.vision_model = Step3VisionTransformer(vision, None, prefix="vision_model")
+    host.vit_downsampler = Conv2dLayer(
+        vision.hidden_size,
+        vision.output_hidden_size,
+        kernel_size=2,
+        stride=config.understand_projector_stride,
+    )
+    host.vit_downsampler2 = Conv2dLayer(
+        vision.output_hidden_size,
+        vision.output_hidden_size * 2,
+        kernel_size=3,
+        stride=2,
+        padding=1,
+    )
+    host.vit_large_projector = nn.Linear(vision.output_hidden_size * 2, config.hidden_size, bias=config.projector_bias)
+
+
+def _step3_vl_inputs(host: nn.Module, size: str, generator):
+    # The global view at 728 and 504x504 crops: 4 crops for a large image.
+    side, crop = _size(size, (32, 16), (728, 504))
+    crops = [2, 0]
+    return {
+        "type": "pixel_values",
+        "pixel_values": _tiles(generator, len(crops), side),
+        "patch_pixel_values": _tiles(generator, sum(crops), crop),
+        "num_patches": torch.tensor(crops),
+    }
+
+
+FAMILIES: list[TowerFamily] = [
+    TowerFamily(
+        "qwen2_vl",
+        "qwen2_vl:Qwen2VLForConditionalGeneration",
+        ("visual",),
+        _build_qwen2_vl,
+        _qwen_grid_inputs(14),
+        full_tower="Qwen/Qwen2-VL-7B-Instruct",
+    ),
+    TowerFamily(
+        "qwen2_5_vl",
+        "qwen2_5_vl:Qwen2_5_VLForConditionalGeneration",
+        ("visual",),
+        _build_qwen2_5_vl,
+        _qwen_grid_inputs(14),
+        full_tower="Qwen/Qwen2.5-VL-7B-Instruct",
+    ),
+    TowerFamily(
+        "qwen3_vl",
+        "qwen3_vl:Qwen3VLForConditionalGeneration",
+        ("visual",),
+        _build_qwen3_vl,
+        _qwen_grid_inputs(16),
+        full_tower="Qwen/Qwen3-VL-8B-Instruct",
+    ),
+    TowerFamily(
+        "qwen3_omni_audio",
+        "qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration",
+        ("audio_tower", "visual"),
+        _build_qwen3_omni,
+        _qwen3_omni_audio_inputs,
+        process="_process_audio_input",
+        full_tower="Qwen/Qwen3-Omni-30B-A3B-Instruct",
+    ),
+    TowerFamily(
+        "qwen3_omni_vision",
+        "qwen3_omni_moe_thinker:Qwen3OmniMoeThinkerForConditionalGeneration",
+        ("audio_tower", "visual"),
+        _build_qwen3_omni,
+        _qwen_grid_inputs(16),
+        full_tower="Qwen/Qwen3-Omni-30B-A3B-Instruct",
+    ),
+    TowerFamily(
+        "glm4_1v",
+        "glm4_1v:Glm4vForConditionalGeneration",
+        ("visual",),
+        _build_glm4_1v,
+        _qwen_grid_inputs(14),
+        full_tower="zai-org/GLM-4.1V-9B-Thinking",
+    ),
+    TowerFamily(
+        "dots_ocr",
+        "dots_ocr:DotsOCRForCausalLM",
+        ("vision_tower",),
+        _build_dots_ocr,
+        _dots_inputs,
+        full_tower="rednote-hilab/dots.ocr",
+    ),
+    TowerFamily(
+        "ernie45_vl",
+        "ernie45_vl:Ernie4_5_VLMoeForConditionalGeneration",
+        ("vision_model", "resampler_model"),
+        _build_ernie45_vl,
+        _qwen_grid_inputs(14, temporal=1),
+        full_tower="baidu/ERNIE-4.5-VL-28B-A3B-PT",
+    ),
+    TowerFamily(
+        "paddleocr_vl",
+        "paddleocr_vl:PaddleOCRVLForConditionalGeneration",
+        ("visual", "mlp_AR"),
+        _build_paddleocr_vl,
+        _patch_image_inputs("paddleocr_vl:PaddleOCRImagePixelInputs"),
+        full_tower="PaddlePaddle/PaddleOCR-VL",
+    ),
+    TowerFamily(
+        "keye",
+        "keye:KeyeForConditionalGeneration",
+        ("visual", "mlp_AR"),
+        _build_keye,
+        _patch_image_inputs(None),
+        full_tower="Kwai-Keye/Keye-VL-8B-Preview",
+    ),
+    TowerFamily(
+        "internvl",
+        "internvl:InternVLChatModel",
+        ("vision_model", "mlp1"),
+        _build_internvl,
+        _internvl_inputs,
+        process="_process_vision_input",
+        full_tower="OpenGVLab/InternVL3-8B",
+    ),
+    TowerFamily(
+        "gemma3",
+        "gemma3_mm:Gemma3ForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_gemma3,
+        _gemma3_inputs,
+        full_tower="google/gemma-3-27b-it",
+    ),
+    TowerFamily(
+        "llama4",
+        "mllama4:Llama4ForConditionalGeneration",
+        ("vision_model", "multi_modal_projector"),
+        _build_llama4,
+        _llama4_inputs,
+        full_tower="meta-llama/Llama-4-Scout-17B-16E-Instruct",
+    ),
+    TowerFamily(
+        "mistral3",
+        "mistral3:Mistral3ForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_mistral3,
+        _mistral3_inputs,
+        full_tower="mistralai/Mistral-Small-3.1-24B-Instruct-2503",
+        needs=("mistral_common",),
+    ),
+    TowerFamily(
+        "idefics3",
+        "idefics3:Idefics3ForConditionalGeneration",
+        ("model.vision_model", "model.connector"),
+        _build_idefics3,
+        _idefics3_inputs,
+        full_tower="HuggingFaceM4/Idefics3-8B-Llama3",
+    ),
+    TowerFamily(
+        "qwen2_audio",
+        "qwen2_audio:Qwen2AudioForConditionalGeneration",
+        ("audio_tower", "multi_modal_projector"),
+        _build_qwen2_audio,
+        _qwen2_audio_inputs,
+        process="_process_audio_input",
+        full_tower="Qwen/Qwen2-Audio-7B-Instruct",
+    ),
+    TowerFamily(
+        "kimi_vl",
+        "kimi_vl:KimiVLForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_kimi_vl,
+        _kimi_vl_inputs,
+        full_tower="moonshotai/Kimi-VL-A3B-Instruct",
+    ),
+    TowerFamily(
+        "step3_vl",
+        "step3_vl:Step3VLForConditionalGeneration",
+        ("vision_model", "vit_downsampler", "vit_downsampler2", "vit_large_projector"),
+        _build_step3_vl,
+        _step3_vl_inputs,
+        full_tower="stepfun-ai/step3",
+    ),
+]
+
+
+def family(name: str) -> TowerFamily:
+    for f in FAMILIES:
+        if f.name == name:
+            return f
+    raise KeyError(name)
+
+
+# -- one family, resident vs streamed ----------------------------------------
+
+MiB = 1 << 20
+
+
+def param_bytes_on_device(module: nn.Module, offloader=None) -> int:
+    """Parameter bytes in device memory: not counting views of a streamed arena."""
+    arenas = []
+    if offloader is not None and offloader.tower_streamer is not None:
+        arenas = [t.arena.device_view for t in offloader.tower_streamer.towers]
+
+    def in_arena(p: torch.Tensor) -> bool:
+        return any(a.data_ptr() <= p.data_ptr() < a.data_ptr() + a.numel() for a in arenas)
+
+    return sum(p.numel() * p.element_size() for p in module.parameters() if p.device.type != "cpu" and not in_arena(p))
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed_encodes(family, host, inputs, device, repeats: int):
+    import time
+
+    outputs, times = None, []
+    for _ in range(repeats):
+        _synchronize(device)
+        start = time.perf_counter()
+        outputs = encode(family, host, inputs)
+        _synchronize(device)
+        times.append(time.perf_counter() - start)
+    return outputs, times
+
+
+def _release(device: torch.device) -> None:
+    import gc
+
+    gc.collect()  # vLLM modules hold reference cycles (bound methods)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def measure_family(
+    family: TowerFamily,
+    size: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    repeats: int = 3,
+) -> dict[str, Any]:
+    """Build, encode resident, then streamed: one row of the tower matrix.
+
+    The streamed towers are built again from the same seed (as vLLM builds
+    them once, under the offloader), wrapped like `_mark_tower_model` does
+    (`wrap_tower` per tower, then `post_init`). A refusal at wrap time is
+    recorded with its message; the towers are freed before returning.
+    """
+    from vllm.model_executor.offloader import PrefetchOffloader
+
+    row: dict[str, Any] = {
+        "family": family.name,
+        "model": family.model,
+        "towers": list(family.towers),
+        "full_tower": family.full_tower,
+        "size": size,
+    }
+    host = build_family(family, size, device, dtype)
+    towers = towers_of(family, host)
+    row["tower_param_bytes"] = sum(p.numel() * p.element_size() for t in towers.values() for p in t.parameters())
+    inputs = make_inputs(family, host, size, device)
+    encode(family, host, inputs)  # warm up (kernels, workspaces)
+    reference, resident_times = _timed_encodes(family, host, inputs, device, repeats)
+    row["output_shapes"] = [list(t.shape) for t in reference]
+    row["resident_encode_s"] = min(resident_times)
+    row["resident_param_bytes_on_device"] = param_bytes_on_device(host)
+    devices = device_properties(host, towers)
+    row["device_properties"] = devices
+    del host, towers
+    _release(device)
+
+    host = build_family(family, size, device, dtype)
+    towers = towers_of(family, host)
+    offloader = PrefetchOffloader(group_size=0, num_in_group=1, prefetch_step=1, offload_towers=True)
+    try:
+        for name, tower in towers.items():
+            offloader.wrap_tower(tower, prefix=name)
+    except ValueError as e:
+        row["status"] = "refused"
+        row["refusal"] = str(e)
+        del host, towers, offloader
+        _release(device)
+        return row
+    offloader.post_init()
+    streamer = offloader.tower_streamer
+    row["arena_pinning"] = sorted({t.arena.pinning for t in streamer.towers})
+    row["units"] = sum(len(t.units) for t in streamer.towers)
+    row["largest_unit_bytes"] = max(u.nbytes for t in streamer.towers for u in t.units)
+    row["streamed_param_bytes_on_device_after_load"] = param_bytes_on_device(host, offloader)
+    encode(family, host, inputs)  # the first encode learns the unit order
+    outputs, streamed_times = _timed_encodes(family, host, inputs, device, repeats)
+    row["streamed_encode_s"] = min(streamed_times)
+    row["streamed_param_bytes_on_device"] = param_bytes_on_device(host, offloader)
+    row["bit_identical"] = bit_identical(outputs, reference)
+    row["max_abs_diff"] = max_abs_diff(outputs, reference)
+    row["device_properties_streamed"] = device_properties(host, towers)
+    row["status"] = "streams" if row["bit_identical"] else "differs"
+    del host, towers, offloader, streamer, outputs, reference
+    _release(device)
+    return row
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The tower matrix as a Markdown table."""
+    lines = [
+        "| family | towers | tower MiB | status | bit-identical (max abs diff) "
+        "| param MiB on GPU between encodes | resident ms | streamed ms | ratio |",
+        "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        status = row.get("status", "?")
+        if status in ("refused", "error", "skipped"):
+            why = row.get("refusal") or row.get("error") or row.get("reason", "")
+            lines.append(
+                f"| {row['family']} | {', '.join(row.get('towers', []))} | "
+                f"{row.get('tower_param_bytes', 0) / MiB:.1f} | {status}: "
+                f"{why.splitlines()[0][:160] if why else ''} | | | | | |"
+            )
+            continue
+        ratio = row["streamed_encode_s"] / row["resident_encode_s"]
+        lines.append(
+            f"| {row['family']} | {', '.join(row['towers'])} | "
+            f"{row['tower_param_bytes'] / MiB:.1f} | {status} | "
+            f"{'yes' if row['bit_identical'] else 'no'} ({row['max_abs_diff']:.3g}) | "
+            f"{row['streamed_param_bytes_on_device'] / MiB:.2f} | "
+            f"{row['resident_encode_s'] * 1e3:.1f} | "
+            f"{row['streamed_encode_s'] * 1e3:.1f} | {ratio:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"

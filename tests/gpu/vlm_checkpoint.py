@@ -1,0 +1,201 @@
+"""A Qwen3-VL checkpoint directory made on the spot, for vLLM's engine and server.
+
+Nothing can be downloaded on the GPU machine, so the tests write what
+`vllm serve <dir>` needs: `config.json` (a small text model with a full-size
+Qwen3-VL-8B vision tower), a byte-level BPE tokenizer trained in a second on
+a tiny corpus with Qwen's special tokens and a chat template, and the
+processor files written by `transformers` itself. Weights come from
+`load_format="dummy"` (vLLM's seeded random weights, the same for every run).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# Qwen3-VL-8B's vision tower: 1099 MiB of bf16 weights with a 4096-wide text
+# model (the mergers project into the text model's width).
+VISION = {
+    "depth": 27,
+    "hidden_size": 1152,
+    "num_heads": 16,
+    "intermediate_size": 4304,
+    "out_hidden_size": 4096,
+    "deepstack_visual_indexes": [8, 16, 24],
+    "num_position_embeddings": 2304,
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "in_channels": 3,
+    "hidden_act": "gelu_pytorch_tanh",
+    "initializer_range": 0.02,
+}
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+
+# Qwen's template, reduced to what the tests send: text and image parts.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] in ('image', 'image_url') or 'image' in part %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+CORPUS = [
+    "Describe the picture in one sentence.",
+    "A photo of a red square on a white background, next to a blue circle.",
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "What color is the object in the middle of the image?",
+    "There are three cats, two dogs and a bird sitting on the fence.",
+] * 20
+
+
+def _train_tokenizer(directory: Path, vocab_size: int) -> dict[str, int]:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS[1:],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(directory)
+    return {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
+
+
+def make_qwen3_vl_checkpoint(
+    directory: Path,
+    *,
+    text_layers: int = 2,
+    vocab_size: int = 1024,
+    max_position_embeddings: int = 8192,
+) -> Path:
+    """Write a Qwen3-VL checkpoint (no weights) to `directory` and return it."""
+    from transformers import AutoTokenizer, Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import (
+        Qwen2VLImageProcessor,
+    )
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import (
+        Qwen3VLVideoProcessor,
+    )
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ids = _train_tokenizer(directory, vocab_size)
+    hidden = VISION["out_hidden_size"]
+    text_config = {
+        "hidden_size": hidden,
+        "intermediate_size": 4096,
+        "num_hidden_layers": text_layers,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": vocab_size,
+        "max_position_embeddings": max_position_embeddings,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 5_000_000.0,
+        "rope_scaling": {
+            "rope_type": "default",
+            "mrope_section": [24, 20, 20],
+            "mrope_interleaved": True,
+        },
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+        "torch_dtype": "bfloat16",
+    }
+    config = {
+        "architectures": ["Qwen3VLForConditionalGeneration"],
+        "model_type": "qwen3_vl",
+        "torch_dtype": "bfloat16",
+        "tie_word_embeddings": False,
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+        "text_config": text_config,
+        "vision_config": VISION,
+    }
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    (directory / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": ids["<|im_end|>"], "do_sample": False})
+    )
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    patch = {
+        "patch_size": VISION["patch_size"],
+        "temporal_patch_size": VISION["temporal_patch_size"],
+        "merge_size": VISION["spatial_merge_size"],
+    }
+    processor = Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(
+            **patch,
+            image_mean=[0.5, 0.5, 0.5],
+            image_std=[0.5, 0.5, 0.5],
+            min_pixels=64 * 32 * 32,
+            max_pixels=4096 * 32 * 32,
+        ),
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(**patch),
+        chat_template=CHAT_TEMPLATE,
+    )
+    processor.save_pretrained(directory)
+    return directory
+
+
+def image_of_tokens(tokens: int, seed: int = 0, *, smooth: bool = False):
+    """A PIL image that Qwen3-VL encodes into about `tokens` image tokens.
+
+    Each image token is a 2x2 merge of 16-pixel patches: 32x32 pixels.
+    Random pixels by default; `smooth` draws seeded waves instead, which
+    compress well when sent over HTTP.
+    """
+    import numpy as np
+    from PIL import Image
+
+    side = max(1, round(tokens**0.5))
+    height, width = side * 32, max(1, tokens // side) * 32
+    rng = np.random.default_rng(seed)
+    if smooth:
+        y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+        fy, fx, phase = rng.uniform(0.005, 0.05, size=3)
+        channels = [np.sin(fy * y * (c + 1) + fx * x + phase * c) for c in range(3)]
+        pixels = ((np.stack(channels, axis=-1) + 1) * 127.5).astype(np.uint8)
+    else:
+        pixels = rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+def image_data_url(image) -> str:
+    """The image as a PNG data URL, as an OpenAI client sends it."""
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()

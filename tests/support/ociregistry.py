@@ -1,0 +1,157 @@
+"""A tiny OCI distribution registry on loopback, for tests: real HTTP, real token flow.
+
+It implements what the ops cache uses: blob HEAD/GET (answered with a redirect to a
+storage path, as registries backed by a CDN or bucket do), monolithic blob upload
+(POST, then PUT with `?digest=`, checked), manifest PUT/GET, and the anonymous
+bearer-token dance: /v2/ requests without a token for the right repository and
+action get 401 with `WWW-Authenticate: Bearer realm=...,service=...,scope=...`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import re
+import secrets
+import threading
+import urllib.parse
+from contextlib import contextmanager
+
+SERVICE = "test-registry"
+_ROUTE = re.compile(r"^/v2/(?P<repo>.+?)/(?P<kind>blobs/uploads|blobs|manifests)/(?P<rest>[^?]*)$")
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    @property
+    def reg(self) -> TestRegistry:
+        return self.server  # type: ignore[return-value]
+
+    def _send(self, code: int, body: bytes = b"", headers: dict | None = None, head: bool = False) -> None:
+        self.send_response(code)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body and not head:
+            self.wfile.write(body)
+
+    def _body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _authorized(self, repo: str, action: str) -> bool:
+        auth = self.headers.get("Authorization", "")
+        scope = self.reg.tokens.get(auth.removeprefix("Bearer ")) if auth.startswith("Bearer ") else None
+        if scope:
+            _kind, name, actions = scope.split(":", 2)
+            if name == repo and action in actions.split(","):
+                return True
+        actions = "pull" if action == "pull" else "pull,push"
+        host = f"http://127.0.0.1:{self.reg.server_address[1]}"
+        self._send(
+            401,
+            b'{"errors":[{"code":"UNAUTHORIZED"}]}',
+            {
+                "WWW-Authenticate": f'Bearer realm="{host}/token",service="{SERVICE}",scope="repository:{repo}:{actions}"',
+            },
+        )
+        return False
+
+    def _handle(self, method: str) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        query = dict(urllib.parse.parse_qsl(url.query))
+        self.reg.log.append((method, url.path, self.headers.get("Authorization")))
+        body = self._body() if method in ("POST", "PUT") else b""  # read even when refused
+        if url.path == "/token" and method == "GET":
+            assert query.get("service") == SERVICE
+            token = secrets.token_hex(8)
+            self.reg.tokens[token] = query["scope"]
+            self.reg.token_scopes.append(query["scope"])
+            return self._send(200, json.dumps({"token": token}).encode(), {"Content-Type": "application/json"})
+        if url.path.startswith("/storage/") and method in ("GET", "HEAD"):
+            data = self.reg.storage.get(url.path.removeprefix("/storage/"))
+            return self._send(404) if data is None else self._send(200, data, head=method == "HEAD")
+        match = _ROUTE.match(url.path)
+        if not match:
+            return self._send(404)
+        repo, kind, rest = match["repo"], match["kind"], match["rest"]
+        action = "pull" if method in ("GET", "HEAD") else "push"
+        if self.reg.auth and not self._authorized(repo, action):
+            return
+        if kind == "blobs" and method in ("GET", "HEAD"):
+            if (repo, rest) not in self.reg.blobs:
+                return self._send(404, head=method == "HEAD")
+            where = f"{repo}/{rest}"
+            self.reg.storage[where] = self.reg.blobs[(repo, rest)]
+            return self._send(307, headers={"Location": f"/storage/{where}?signature=abc"})
+        if kind == "blobs/uploads" and method == "POST" and rest == "":
+            upload = secrets.token_hex(8)
+            self.reg.uploads[upload] = repo
+            return self._send(202, headers={"Location": f"/v2/{repo}/blobs/uploads/{upload}?_state=x"})
+        if kind == "blobs/uploads" and method == "PUT" and self.reg.uploads.get(rest) == repo:
+            data = body
+            digest = query.get("digest", "")
+            if digest != "sha256:" + hashlib.sha256(data).hexdigest():
+                return self._send(400, b'{"errors":[{"code":"DIGEST_INVALID"}]}')
+            del self.reg.uploads[rest]
+            self.reg.blobs[(repo, digest)] = data
+            return self._send(201, headers={"Location": f"/v2/{repo}/blobs/{digest}", "Docker-Content-Digest": digest})
+        if kind == "manifests" and method == "PUT":
+            data = body
+            self.reg.manifests[(repo, rest)] = (self.headers.get("Content-Type"), data)
+            digest = "sha256:" + hashlib.sha256(data).hexdigest()
+            return self._send(201, headers={"Docker-Content-Digest": digest})
+        if kind == "manifests" and method in ("GET", "HEAD"):
+            if (repo, rest) not in self.reg.manifests:
+                return self._send(404, head=method == "HEAD")
+            ctype, data = self.reg.manifests[(repo, rest)]
+            return self._send(200, data, {"Content-Type": ctype}, head=method == "HEAD")
+        self._send(405)
+
+    def do_GET(self):
+        self._handle("GET")
+
+    def do_HEAD(self):
+        self._handle("HEAD")
+
+    def do_POST(self):
+        self._handle("POST")
+
+    def do_PUT(self):
+        self._handle("PUT")
+
+
+class TestRegistry(http.server.ThreadingHTTPServer):
+    __test__ = False  # not a pytest class
+
+    def __init__(self, auth: bool = True) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.auth = auth
+        self.blobs: dict[tuple[str, str], bytes] = {}
+        self.manifests: dict[tuple[str, str], tuple[str, bytes]] = {}
+        self.uploads: dict[str, str] = {}
+        self.storage: dict[str, bytes] = {}
+        self.tokens: dict[str, str] = {}
+        self.token_scopes: list[str] = []
+        self.log: list[tuple[str, str, str | None]] = []
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.server_address[1]}"
+
+
+@contextmanager
+def registry(auth: bool = True):
+    server = TestRegistry(auth)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,123 @@
+"""The tower matrix on the CPU: every family's tiny tower, resident vs streamed.
+
+For each family in tests/gpu/tower_families.py: build the tiny tower the way
+its vLLM model does, encode real-shaped inputs through the model's own
+`_process_image_input` (or audio equivalent), then wrap the same towers with
+the prefetch offloader (`offload_towers=True`, as `_mark_tower_model` does)
+and check that 3 encodes are bit-identical to the resident one, that every
+streamed parameter rests in the arena between encodes, and that `device`
+properties report what they reported before.
+
+A family the streamer refuses must be refused at wrap time with a ValueError
+naming the reason; `REFUSED` records which and why. The full-size run of the
+same registry on the GPU is tests/gpu/test_tower_matrix.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+import tower_families as tf  # noqa: E402
+
+pytestmark = [
+    pytest.mark.skip_global_cleanup,
+    # On a CUDA platform vLLM registers its ViT attention op for CUDA only;
+    # tests/gpu/test_tower_matrix.py runs the same families there.
+    pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only: ViT attention op is CUDA-only here"),
+]
+
+REFUSED: dict[str, str] = {
+    # family name -> a substring of the ValueError raised at wrap time
+}
+
+
+def _param(family: tf.TowerFamily):
+    marks = []
+    skip = family.cpu_skip or family.missing()
+    if skip:
+        marks.append(pytest.mark.skip(reason=skip))
+    if family.slow_on_cpu:
+        marks.append(pytest.mark.slow)
+    return pytest.param(family, id=family.name, marks=marks)
+
+
+def _define_missing_activation_ops() -> torch.library.Library:
+    """Let towers with vLLM's activation CustomOps be built without `vllm._C`.
+
+    `SiluAndMul`, `QuickGELU`, ... look up `torch.ops._C.<op>` in `__init__`
+    on the CPU platform, and vLLM's compiled ops are not built here. Define
+    the missing ones with the classes' own `forward_native` math; with
+    `custom_ops=["none"]` the towers run `forward_native` and never call them.
+    """
+    import torch.nn.functional as F
+
+    def halves(x):
+        return x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+
+    math = {
+        "silu_and_mul": lambda x: F.silu(halves(x)[0]) * halves(x)[1],
+        "mul_and_silu": lambda x: halves(x)[0] * F.silu(halves(x)[1]),
+        "gelu_and_mul": lambda x: F.gelu(halves(x)[0]) * halves(x)[1],
+        "gelu_tanh_and_mul": lambda x: F.gelu(halves(x)[0], approximate="tanh") * halves(x)[1],
+        "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+        "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
+        "gelu_quick": lambda x: x * torch.sigmoid(1.702 * x),
+    }
+    library = torch.library.Library("_C", "FRAGMENT")
+    for name, fn in math.items():
+        if hasattr(torch.ops._C, name):
+            continue
+        library.define(f"{name}(Tensor(a!) out, Tensor input) -> ()")
+
+        def impl(out, x, fn=fn):
+            out.copy_(fn(x))
+
+        library.impl(name, impl, "CPU")
+    return library
+
+
+@pytest.fixture(scope="module")
+def vllm_state():
+    library = _define_missing_activation_ops()
+    with tf.vllm_context("gloo") as config:
+        yield config
+    del library
+
+
+@pytest.mark.parametrize("family", [_param(f) for f in tf.FAMILIES])
+def test_tiny_tower_streams_bit_identically(vllm_state, family: tf.TowerFamily):
+    from vllm.model_executor.offloader import PrefetchOffloader
+
+    cpu = torch.device("cpu")
+    host = tf.build_family(family, tf.TINY, cpu, torch.float32)
+    towers = tf.towers_of(family, host)
+    inputs = tf.make_inputs(family, host, tf.TINY, cpu)
+    reference = tf.encode(family, host, inputs)
+    assert reference and all(torch.isfinite(t).all() for t in reference)
+    devices = tf.device_properties(host, towers)
+
+    offloader = PrefetchOffloader(group_size=0, num_in_group=1, prefetch_step=1, offload_towers=True)
+    if family.name in REFUSED:
+        with pytest.raises(ValueError, match=REFUSED[family.name]):
+            for name, tower in towers.items():
+                offloader.wrap_tower(tower, prefix=name)
+        return
+    for name, tower in towers.items():
+        offloader.wrap_tower(tower, prefix=name)
+    offloader.post_init()
+    streamer = offloader.tower_streamer
+    assert streamer is not None
+    streamed_params = {id(p) for t in streamer.towers for u in t.units for p in (pl.param for pl in u.places)}
+    # The whole of every tower is streamed: nothing left resident.
+    assert streamed_params == {id(p) for t in towers.values() for p in t.parameters()}
+
+    for _ in range(3):
+        assert tf.bit_identical(tf.encode(family, host, inputs), reference)
+        assert all(u.is_packed() for t in streamer.towers for u in t.units)
+        assert all(t.in_flight_units == [] for t in streamer.towers)
+    assert tf.device_properties(host, towers) == devices

@@ -1,0 +1,74 @@
+"""`invoke rebase`: the patch queue onto a new vLLM release (see docs/rebase.md)."""
+
+from __future__ import annotations
+
+from invoke import Exit, task
+
+from vllm_fork.cli.exit import user_errors
+from vllm_fork.rebase import run as rebase_mod
+from vllm_fork.rebase.state import Options
+
+#: Exit status when the rebase stopped at a conflict (distinct from errors, for the bot).
+CONFLICT_EXIT = 2
+
+
+def _print_outcome(outcome: rebase_mod.Outcome) -> None:
+    print(outcome.report)
+    print(f"report: {outcome.report_path}")
+    if outcome.done:
+        if outcome.commit:
+            print(f"committed {outcome.commit[:12]} on branch {outcome.branch}")
+        return
+    raise Exit(code=CONFLICT_EXIT)
+
+
+@task(
+    help={
+        "to": "release version (0.34.0), tag (v0.34.0) or, with --source git, a full commit id",
+        "latest": "the newest vLLM release on the package index",
+        "continue_": "after resolving and staging the stopped patch in build/vllm: go on",
+        "abort": "put build/vllm, patches/ and upstream.toml back exactly as before",
+        "source": "pypi or git (default from upstream.toml)",
+        "remote": "git remote URL or path for --source git",
+        "skip_tests": "do not run the test suite after the rebase",
+        "tests_cmd": "the test command to run (default: pytest -m 'not slow')",
+        "no_commit": "leave the result uncommitted in the checkout instead of on rebase/<version>",
+        "replace_branch": "rebuild rebase/<version> if it already exists (the bot does)",
+        "seed": "when the compiled inputs changed, seed the ops cache from the new release's official wheel",
+    },
+)
+def rebase(
+    c,
+    to=None,
+    latest=False,
+    continue_=False,
+    abort=False,
+    source=None,
+    remote=None,
+    skip_tests=False,
+    tests_cmd=None,
+    no_commit=False,
+    replace_branch=False,
+    seed=False,
+):
+    """Rebase patches/ onto a new upstream; classify every patch; commit on rebase/<version>."""
+    with user_errors():
+        if abort:
+            restored = rebase_mod.abort()
+            print(
+                "rebase aborted: build/vllm, patches/ and upstream.toml are as they were"
+                + (f" (restored {', '.join(restored)})" if restored else "")
+            )
+            return
+        if continue_:
+            outcome = rebase_mod.continue_()
+        else:
+            options = Options(
+                run_tests=not skip_tests,
+                tests_cmd=tests_cmd or "",
+                commit=not no_commit,
+                replace_branch=replace_branch,
+                seed=seed,
+            )
+            outcome = rebase_mod.start(to=to, latest=latest, source=source, remote=remote, options=options)
+    _print_outcome(outcome)

@@ -1,0 +1,1 @@
+"""What every part shares: typed errors, paths, git, atomic files and digests, logging."""

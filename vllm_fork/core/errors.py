@@ -1,0 +1,32 @@
+"""The errors the tasks catch and print: typed by what failed, each with its exit status.
+
+Every one carries a message a user can act on (the file, the patch, both hashes,
+the next command); the tasks print it without a traceback and exit with
+`exit_code`. Callers that must tell failures apart catch the type, never match text.
+"""
+
+
+class ForkError(Exception):
+    """A failure with a message that says what went wrong and what to do next."""
+
+    exit_code = 1
+
+
+class ConfigError(ForkError):
+    """A file of the fork is missing or malformed: upstream.toml, patches/series, ops-cache/*."""
+
+
+class GitError(ForkError):
+    """A git command failed; the message holds the command and git's output."""
+
+
+class DownloadError(ForkError):
+    """A file could not be fetched from the package index or a remote."""
+
+
+class IntegrityError(ForkError):
+    """A file's sha256 is not the one it must have; the bad copy was not used."""
+
+
+class BuildError(ForkError):
+    """vLLM's setup.py (or the build env's pip) failed; the message holds its output's tail."""

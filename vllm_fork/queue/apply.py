@@ -1,0 +1,244 @@
+"""The patched tree: pinned upstream + the series through `git am` (apply, continue, abort).
+
+`apply` makes `build/vllm`, a git repository whose ref ``refs/fork/upstream``
+(and the release tag) is the upstream commit and whose branch ``patched`` holds
+one commit per patch. Every commit carries the patch's author and date and a
+fixed committer identity and date, so HEAD is the same on every machine.
+`queue.export` turns those commits back into ``patches/`` byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_fork.core.errors import ForkError
+from vllm_fork.core.git import dirty_paths, git, operation_in_progress, out, rev
+from vllm_fork.core.paths import REPO_ROOT, default_tree
+from vllm_fork.core.paths import patches_dir as default_patches_dir
+from vllm_fork.queue.patchfile import hunk_patch, parse_patch
+from vllm_fork.queue.series import read_series
+from vllm_fork.upstream.pin import Pin, load_pin
+from vllm_fork.upstream.sources import Upstream, ensure_upstream
+
+__all__ = ["apply", "abort", "continue_am", "prepare_tree", "default_tree"]
+
+UPSTREAM_REF = "refs/fork/upstream"
+BRANCH = "patched"
+#: Recorded after a successful apply: HEAD moving away from it means unexported commits.
+APPLIED_MARK = "vllm-fork-applied"
+
+
+@dataclass
+class PatchFailure:
+    """A patch `git am` stopped on: which, where, and what git said."""
+
+    patch: Path
+    index: int
+    total: int
+    conflicts: dict[str, list[str]]  # file -> hunk headers that do not apply
+    git_output: str
+
+
+class PatchConflict(ForkError):
+    """A patch of the series does not apply: names the patch, the files and hunks, and the next steps."""
+
+    def __init__(self, failure: PatchFailure, tree: Path, three_way: bool, upstream_name: str):
+        self.failure = failure
+        lines = [
+            f"patch {failure.patch.name} ({failure.index} of {failure.total}) does not apply "
+            f"to {upstream_name}{' even with a 3-way merge' if three_way else ''}.",
+            "Conflicting files and hunks:",
+        ]
+        for path, hunks in failure.conflicts.items():
+            lines.append(f"  {path}")
+            lines.extend(f"      {h}" for h in hunks)
+        if not failure.conflicts:
+            lines.append("  (git gave no file; its output follows)")
+        lines.append("git said:")
+        lines.extend(f"  {ln}" for ln in failure.git_output.strip().splitlines()[-12:])
+        resolve = (
+            "edit the conflict markers"
+            if three_way
+            else "re-run with `invoke apply --force --3way` for conflict markers, or apply the hunks by hand"
+        )
+        lines += [
+            "",
+            f"Next steps, in {tree}:",
+            f"  1. {resolve}; `git am --show-current-patch=diff` shows the patch",
+            "  2. `git add <files>` then `git am --continue` (the remaining patches follow)",
+            "  3. `invoke export` to write the resolved queue back to patches/, then `invoke check`",
+            "Or `invoke apply --abort` to drop the half-applied queue (patches/ is untouched).",
+        ]
+        super().__init__("\n".join(lines))
+
+
+def _gitdir(tree: Path) -> Path:
+    return Path(out(tree, "rev-parse", "--absolute-git-dir"))
+
+
+def _unexported_commits(tree: Path) -> list[str]:
+    """Commits on the patched branch made after the last apply (not yet exported)."""
+    mark = _gitdir(tree) / APPLIED_MARK
+    head = rev(tree, "HEAD")
+    if not mark.exists() or head == mark.read_text().strip():
+        return []
+    base = mark.read_text().strip()
+    if rev(tree, base) is None:
+        return [head]
+    return out(tree, "log", "--format=%h %s", f"{base}..HEAD").splitlines() or [head]
+
+
+def ensure_clean(tree: Path, force: bool) -> None:
+    """Refuse to touch a tree holding work that `apply` would discard."""
+    if force or not (tree / ".git").exists():
+        return
+    problems = []
+    op = operation_in_progress(tree)
+    if op:
+        problems.append(f"a `git {op}` is stopped half-way")
+    dirty = dirty_paths(tree)
+    if dirty:
+        shown = "".join(f"\n      {p}" for p in dirty[:10])
+        more = f"\n      ... and {len(dirty) - 10} more" if len(dirty) > 10 else ""
+        problems.append(f"uncommitted changes:{shown}{more}")
+    commits = _unexported_commits(tree)
+    if commits:
+        problems.append("commits not exported to patches/:" + "".join(f"\n      {c}" for c in commits[:10]))
+    if problems:
+        raise ForkError(
+            f"{tree} holds work that `invoke apply` would discard:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+            + "\nCommit it and run `invoke export` to keep it, `invoke apply --abort` to end a stopped"
+            " `git am`, or `invoke apply --force` to discard it."
+        )
+
+
+def prepare_tree(tree: Path, upstream: Upstream, tag: str, force: bool = False, borrow_objects: bool = False) -> None:
+    """Check out the upstream commit on branch `patched` in `tree` (created if needed).
+
+    `borrow_objects` points the tree at the cache repo's objects (as `git clone
+    --shared` does) instead of copying them: for scratch trees only, since such a
+    tree breaks if the cache is wiped.
+    """
+    ensure_clean(tree, force)
+    if not (tree / ".git").exists():
+        tree.mkdir(parents=True, exist_ok=True)
+        git(tree, "init", "-q")
+    elif operation_in_progress(tree):
+        git(tree, "am", "--abort", check=False)
+        git(tree, "rebase", "--abort", check=False)
+    if borrow_objects:
+        alternates = _gitdir(tree) / "objects" / "info" / "alternates"
+        alternates.parent.mkdir(parents=True, exist_ok=True)
+        alternates.write_text(f"{upstream.repo / 'objects'}\n")
+    if rev(tree, upstream.commit) is None:
+        git(tree, "fetch", "--quiet", "--no-tags", str(upstream.repo), upstream.commit)
+    git(tree, "update-ref", UPSTREAM_REF, upstream.commit)
+    if tag:  # a pin on a bare commit has no tag
+        git(tree, "tag", "--force", tag, upstream.commit)
+    git(tree, "checkout", "--quiet", "--force", "-B", BRANCH, upstream.commit)
+    git(tree, "clean", "-fdxq")
+
+
+def am(tree: Path, patches: list[Path], three_way: bool = False) -> PatchFailure | None:
+    """`git am` the patches onto HEAD; on failure stop there and describe it."""
+    if not patches:
+        return None
+    mode = "--3way" if three_way else "--no-3way"
+    proc = git(tree, "am", "--quiet", mode, "--keep-cr", "--keep-non-patch", *map(str, patches), check=False)
+    if proc.returncode == 0:
+        return None
+    applying = _gitdir(tree) / "rebase-apply" / "next"
+    index = int(applying.read_text()) if applying.exists() else 1
+    patch = patches[index - 1]
+    output = proc.stdout + proc.stderr
+    # HEAD is still the commit before the failing patch: test each hunk against it.
+    conflicts = conflicts_at(tree, out(tree, "rev-parse", "HEAD"), patch)
+    if three_way:
+        for path in out(tree, "diff", "--name-only", "--diff-filter=U").splitlines():
+            conflicts.setdefault(path, ["(3-way merge left conflict markers in the file)"])
+    return PatchFailure(patch, index, len(patches), conflicts, output)
+
+
+def conflicts_at(tree: Path, commit: str, patch: Path) -> dict[str, list[str]]:
+    """Hunks of `patch` that do not apply to `commit`, checked in a scratch index."""
+    try:
+        parsed = parse_patch(patch)
+    except ForkError:
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        git(tree, "read-tree", commit, env=env)
+        conflicts: dict[str, list[str]] = {}
+        for diff in parsed.files:
+            for hunk in diff.hunks:
+                check = git(
+                    tree,
+                    "apply",
+                    "--cached",
+                    "--check",
+                    "-",
+                    input=hunk_patch(diff, hunk),
+                    env=env,
+                    check=False,
+                )
+                if check.returncode != 0:
+                    conflicts.setdefault(diff.path, []).append(hunk[0])
+        return conflicts
+
+
+def mark_applied(tree: Path) -> str:
+    """Record HEAD as applied and exported: moving away from it means unexported commits."""
+    head = out(tree, "rev-parse", "HEAD")
+    (_gitdir(tree) / APPLIED_MARK).write_text(head + "\n")
+    return head
+
+
+def apply(
+    root: Path = REPO_ROOT,
+    tree: Path | None = None,
+    source: str | None = None,
+    force: bool = False,
+    three_way: bool = False,
+    remote: str | None = None,
+    pin: Pin | None = None,
+) -> str:
+    """Make the patched tree; return its HEAD. Raises PatchConflict on a failing patch."""
+    root = root.resolve()  # patch paths are handed to git running inside the tree
+    tree = (tree or default_tree(root)).resolve()
+    pin = pin or load_pin(root)
+    patches = read_series(default_patches_dir(root))
+    for patch in patches:
+        parse_patch(patch)  # a corrupt or empty file fails here, before the tree is touched
+    ensure_clean(tree, force)
+    upstream = ensure_upstream(pin, source, remote)
+    prepare_tree(tree, upstream, pin.tag, force=True)
+    failure = am(tree, patches, three_way)
+    if failure:
+        raise PatchConflict(failure, tree, three_way, pin.tag)
+    return mark_applied(tree)
+
+
+def continue_am(tree: Path) -> str:
+    """After the user resolved and staged a stopped patch: apply the rest."""
+    if operation_in_progress(tree) != "am":
+        raise ForkError(f"no stopped `git am` in {tree}: nothing to continue")
+    proc = git(tree, "am", "--continue", check=False)
+    if proc.returncode != 0:
+        raise ForkError(
+            f"`git am --continue` in {tree} stopped again:\n{(proc.stdout + proc.stderr).strip()}\n"
+            "Resolve, `git add`, and continue again; or `invoke apply --abort`."
+        )
+    return mark_applied(tree)
+
+
+def abort(tree: Path | None = None, root: Path = REPO_ROOT) -> None:
+    """Drop a stopped `git am`: the tree goes back to where the am started."""
+    tree = tree or default_tree(root)
+    if not (tree / ".git").exists() or operation_in_progress(tree) != "am":
+        raise ForkError(f"no stopped `git am` in {tree}: nothing to abort")
+    git(tree, "am", "--abort")
+    mark_applied(tree)

@@ -1,0 +1,92 @@
+"""`invoke check`, the CI gate: every problem with the queue, reported at once."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from vllm_fork.core.errors import ForkError
+from vllm_fork.core.git import git, operation_in_progress, out
+from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.core.paths import patches_dir as default_patches_dir
+from vllm_fork.queue.apply import conflicts_at, prepare_tree
+from vllm_fork.queue.export import format_patches
+from vllm_fork.queue.patchfile import parse_patch
+from vllm_fork.queue.series import series_entries, series_problems
+from vllm_fork.upstream.pin import Pin, load_pin
+from vllm_fork.upstream.sources import ensure_upstream
+
+#: A body shorter than this cannot say why a change is needed.
+MIN_WHY_CHARS = 20
+
+
+def message_problems(patch: Path) -> list[str]:
+    try:
+        parsed = parse_patch(patch)
+    except ForkError as exc:
+        return [str(exc)]
+    problems = []
+    if not parsed.subject:
+        problems.append(f"{patch.name}: empty subject")
+    if len(parsed.why) < MIN_WHY_CHARS:
+        problems.append(f"{patch.name}: the commit message has no body saying why the change is needed")
+    return problems
+
+
+def apply_problems(tree: Path, patches: list[Path]) -> list[str]:
+    """Apply each patch strictly (no 3-way); skip past failures to test the rest."""
+    problems = []
+    for i, patch in enumerate(patches, 1):
+        proc = git(tree, "am", "--quiet", "--no-3way", "--keep-cr", "--keep-non-patch", str(patch), check=False)
+        if proc.returncode == 0:
+            continue
+        conflicts = conflicts_at(tree, out(tree, "rev-parse", "HEAD"), patch)
+        where = (
+            "; ".join(f"{f} {' '.join(h)}" for f, h in conflicts.items())
+            or ((proc.stdout + proc.stderr).strip().splitlines() or ["git gave no reason"])[-1]
+        )
+        problems.append(f"{patch.name} ({i} of {len(patches)}) does not apply cleanly: {where}")
+        if operation_in_progress(tree):
+            git(tree, "am", "--abort", check=False)
+    return problems
+
+
+def export_problems(tree: Path, pdir: Path, entries: list[str]) -> list[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        names = format_patches(tree, Path(tmp))
+        problems = []
+        if names != entries:
+            problems.append(f"export would write the series {names}, but patches/series lists {entries}")
+        for name in names:
+            current = pdir / name
+            if current.exists() and current.read_bytes() != (Path(tmp) / name).read_bytes():
+                problems.append(
+                    f"{name}: not in exported form (apply + export changes its bytes); "
+                    "run `invoke apply && invoke export`"
+                )
+        return problems
+
+
+def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> list[str]:
+    """All problems with patches/ against the pin; empty when the queue is sound."""
+    pin = pin or load_pin(root)
+    pdir = default_patches_dir(root)
+    problems = series_problems(pdir)
+    entries = series_entries(pdir)
+    listed = [pdir / e for e in entries if (pdir / e).is_file() and "/" not in e]
+    readable = []
+    for patch in listed:
+        found = message_problems(patch)
+        problems += found
+        if not any(
+            "format-patch" in p or "empty" in p or "no diff" in p or "UTF-8" in p or "Subject" in p for p in found
+        ):
+            readable.append(patch)
+    upstream = ensure_upstream(pin, source)
+    tree = root / "build" / ".check-tree"
+    prepare_tree(tree, upstream, pin.tag, force=True, borrow_objects=True)
+    failed = apply_problems(tree, readable)
+    problems += failed
+    if not failed and not series_problems(pdir) and len(readable) == len(entries):
+        problems += export_problems(tree, pdir, entries)
+    return problems

@@ -1,0 +1,69 @@
+"""`invoke export`: the commits above upstream in build/vllm, written back to patches/ and the series."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from vllm_fork.core.errors import ForkError
+from vllm_fork.core.git import git, operation_in_progress, out, rev
+from vllm_fork.core.paths import REPO_ROOT, default_tree
+from vllm_fork.core.paths import patches_dir as default_patches_dir
+from vllm_fork.queue.apply import UPSTREAM_REF, mark_applied
+from vllm_fork.queue.series import SERIES
+
+#: `git format-patch` flags that keep exported patches free of churn (after Electron):
+#: no commit ids, no version signature, no diffstat, no [PATCH n/m] numbering, and
+#: full blob ids so `git am --3way` can always find the preimage.
+EXPORT_FLAGS = (
+    "--zero-commit",
+    "--no-signature",
+    "--no-stat",
+    "--no-numbered",
+    "--full-index",
+    "--no-encode-email-headers",
+    "--find-renames",
+    "--subject-prefix=PATCH",
+    "--filename-max-length=100",
+)
+
+
+def format_patches(tree: Path, dest: Path) -> list[str]:
+    """Write the commits above upstream into `dest` as patch files; return names in order."""
+    if operation_in_progress(tree):
+        raise ForkError(
+            f"a `git am` is stopped in {tree}: finish it (`git am --continue`) or "
+            "`invoke apply --abort` before exporting"
+        )
+    if rev(tree, UPSTREAM_REF) is None:
+        raise ForkError(f"{tree} has no {UPSTREAM_REF}: make it with `invoke apply` first")
+    merges = out(tree, "rev-list", "--merges", f"{UPSTREAM_REF}..HEAD")
+    if merges:
+        raise ForkError(f"{tree} has merge commits above upstream; a patch queue must be linear")
+    proc = git(tree, "format-patch", *EXPORT_FLAGS, "-o", str(dest), f"{UPSTREAM_REF}..HEAD")
+    return [Path(line).name for line in proc.stdout.splitlines() if line.strip()]
+
+
+def export(tree: Path | None = None, root: Path = REPO_ROOT) -> list[str]:
+    """Regenerate patches/ and its series from the tree; only changed files are written."""
+    tree = tree or default_tree(root)
+    pdir = default_patches_dir(root)
+    pdir.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=pdir.parent, prefix=".export-") as tmp:
+        names = format_patches(tree, Path(tmp))
+        for name in names:
+            new = (Path(tmp) / name).read_bytes()
+            target = pdir / name
+            if not target.exists() or target.read_bytes() != new:
+                os.replace(Path(tmp) / name, target)
+        series = "".join(f"{n}\n" for n in names).encode()
+        series_path = pdir / SERIES
+        if not series_path.exists() or series_path.read_bytes() != series:
+            (Path(tmp) / SERIES).write_bytes(series)
+            os.replace(Path(tmp) / SERIES, series_path)
+    for stale in pdir.glob("*.patch"):
+        if stale.name not in names:
+            stale.unlink()
+    mark_applied(tree)
+    return names

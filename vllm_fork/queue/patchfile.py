@@ -1,0 +1,105 @@
+"""Reading one `git format-patch` file: its subject, body, files and hunks."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from email.header import decode_header, make_header
+from pathlib import Path
+
+from vllm_fork.core.errors import ForkError
+
+_DIFF = re.compile(r"^diff --git a/(.+?) b/(.+)$")
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@.*$")
+_TRAILER = re.compile(r"^[A-Za-z-]+: .+$")
+
+
+@dataclass
+class FileDiff:
+    path: str
+    header: list[str] = field(default_factory=list)
+    hunks: list[list[str]] = field(default_factory=list)
+
+
+@dataclass
+class PatchFile:
+    path: Path
+    author: str
+    subject: str
+    body: str
+    files: list[FileDiff]
+
+    @property
+    def touched(self) -> list[str]:
+        return [f.path for f in self.files]
+
+    @property
+    def why(self) -> str:
+        """The body without trailers (Signed-off-by:, Co-authored-by: ...)."""
+        lines = [ln for ln in self.body.splitlines() if not _TRAILER.match(ln.strip())]
+        return "\n".join(lines).strip()
+
+
+def parse_patch(path: Path) -> PatchFile:
+    """Parse a mail-format patch; raise ForkError naming the file if it is not one."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ForkError(f"{path.name}: not UTF-8 text, so not a format-patch file") from None
+    if not text.strip():
+        raise ForkError(f"{path.name}: the file is empty")
+    lines = text.split("\n")
+    if not lines[0].startswith("From "):
+        raise ForkError(
+            f"{path.name}: does not start with a 'From <commit>' line; "
+            "write patches with `invoke export` (git format-patch), not `git diff`"
+        )
+    headers: dict[str, str] = {}
+    i, last = 1, None
+    while i < len(lines) and lines[i] != "":
+        line = lines[i]
+        if line[:1] in (" ", "\t") and last:
+            headers[last] += " " + line.strip()
+        else:
+            key, _, value = line.partition(":")
+            last = key.strip().lower()
+            headers[last] = value.strip()
+        i += 1
+    if "subject" not in headers:
+        raise ForkError(f"{path.name}: no Subject header")
+    subject = str(make_header(decode_header(headers["subject"])))
+    subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject).strip()
+    body_lines: list[str] = []
+    i += 1
+    while i < len(lines) and lines[i] != "---" and not lines[i].startswith("diff --git "):
+        body_lines.append(lines[i])
+        i += 1
+    files: list[FileDiff] = []
+    current: FileDiff | None = None
+    for line in lines[i:]:
+        if m := _DIFF.match(line):
+            current = FileDiff(m.group(2))
+            current.header.append(line)
+            files.append(current)
+        elif current is None:
+            continue
+        elif _HUNK.match(line):
+            current.hunks.append([line])
+        elif line == "-- ":
+            current = None  # the signature separator ends the last diff
+        elif current.hunks:
+            current.hunks[-1].append(line)
+        else:
+            current.header.append(line)
+    if not files:
+        raise ForkError(f"{path.name}: holds no diff (is it truncated or corrupt?)")
+    author = str(make_header(decode_header(headers.get("from", ""))))
+    return PatchFile(path, author, subject, "\n".join(body_lines).strip(), files)
+
+
+def hunk_patch(diff: FileDiff, hunk: list[str]) -> str:
+    """A one-hunk patch, to test whether that hunk alone applies."""
+    body = hunk[:]
+    while body and body[-1] == "":
+        body.pop()
+    return "\n".join(diff.header + body) + "\n"

@@ -1,0 +1,1 @@
+"""Moving the patch queue to a newer upstream release: target, classify, report, finish."""

@@ -1,0 +1,164 @@
+"""Finding a release file on the package index pip is configured to use.
+
+The fork never names a registry host: it asks pip for its index URLs (config
+files, PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, pip's own default), then reads each
+index's simple API (PEP 691 JSON, or PEP 503 HTML for plain file indexes).
+"""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+
+from vllm_fork.core.errors import ForkError
+
+_JSON = "application/vnd.pypi.simple.v1+json"
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    filename: str
+    url: str
+    sha256: str | None
+
+
+def _pip_config() -> dict[str, str]:
+    """pip's configuration as `pip config list` prints it (key -> value)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    values: dict[str, str] = {}
+    for line in out.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip().strip("'\"")
+    return values
+
+
+def _pip_default_index() -> str:
+    """pip's built-in default index, asked of pip in a subprocess.
+
+    Importing pip here would switch off setuptools' distutils shim for the rest of
+    the process (it defers to stdlib distutils once `pip` is imported), which breaks
+    later imports of setuptools, e.g. by vLLM or torch in the same process.
+    """
+    return subprocess.run(
+        [sys.executable, "-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def index_urls() -> list[str]:
+    """The index URLs pip would use, primary first."""
+    config = _pip_config()
+
+    def pick(name: str) -> list[str]:
+        env = os.environ.get(f"PIP_{name.upper().replace('-', '_')}")
+        if env:
+            return env.split()
+        found: list[str] = []
+        for key, value in config.items():
+            if key.rsplit(".", 1)[-1] == name:
+                found.extend(value.split())
+        return found
+
+    primary = pick("index-url")
+    if not primary:
+        primary = [_pip_default_index()]
+    urls = primary + pick("extra-index-url")
+    return list(dict.fromkeys(u.rstrip("/") + "/" for u in urls))
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []
+        self._href: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+
+    def handle_data(self, data):
+        if self._href is not None:
+            self.links.append((data.strip(), self._href))
+            self._href = None
+
+
+def _read(url: str, timeout: float) -> tuple[bytes, str]:
+    if url.startswith("file:"):
+        path = urllib.request.url2pathname(urllib.parse.urlparse(url).path)
+        if os.path.isdir(path):
+            path = os.path.join(path, "index.html")
+        with open(path, "rb") as fh:
+            return fh.read(), "text/html"
+    request = urllib.request.Request(url, headers={"Accept": f"{_JSON}, text/html;q=0.1"})
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
+        return resp.read(), resp.headers.get("Content-Type", "")
+
+
+def _project_files(index: str, project: str, timeout: float) -> list[IndexFile]:
+    url = urllib.parse.urljoin(index, f"{project}/")
+    body, ctype = _read(url, timeout)
+    files: list[IndexFile] = []
+    if _JSON in ctype:
+        for entry in json.loads(body)["files"]:
+            files.append(
+                IndexFile(
+                    entry["filename"],
+                    urllib.parse.urljoin(url, entry["url"]),
+                    entry.get("hashes", {}).get("sha256"),
+                )
+            )
+        return files
+    parser = _Anchors()
+    parser.feed(body.decode("utf-8", "replace"))
+    for text, href in parser.links:
+        full = urllib.parse.urljoin(url, href)
+        frag = urllib.parse.urlparse(full).fragment
+        match = re.search(r"sha256=([0-9a-f]{64})", frag)
+        name = text or os.path.basename(urllib.parse.urlparse(full).path)
+        files.append(IndexFile(name, full.split("#", 1)[0], match.group(1) if match else None))
+    return files
+
+
+def find_file(project: str, filename: str, timeout: float = 60) -> IndexFile:
+    """Locate `filename` of `project` on pip's indexes."""
+    errors: list[str] = []
+    for index in index_urls():
+        try:
+            for entry in _project_files(index, project, timeout):
+                if entry.filename == filename:
+                    return entry
+        except (OSError, ValueError, KeyError) as exc:
+            errors.append(f"{index}: {exc}")
+    detail = "".join(f"\n  {e}" for e in errors)
+    raise ForkError(
+        f"{filename} is not on any package index pip is configured to use "
+        f"({', '.join(index_urls())}).{detail}\n"
+        "Check `pip config list` / PIP_INDEX_URL, or put the file in the download cache."
+    )
+
+
+def list_files(project: str, timeout: float = 60) -> list[IndexFile]:
+    """Every file of `project` across pip's indexes (first index wins per name)."""
+    seen: dict[str, IndexFile] = {}
+    for index in index_urls():
+        try:
+            for entry in _project_files(index, project, timeout):
+                seen.setdefault(entry.filename, entry)
+        except (OSError, ValueError, KeyError):
+            continue
+    return list(seen.values())

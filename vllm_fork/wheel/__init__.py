@@ -1,0 +1,1 @@
+"""Building and verifying the fork's wheel: the fast and precompiled routes, metadata, provenance."""

@@ -1,0 +1,126 @@
+"""`invoke verify dist/<wheel>`: check a wheel against its provenance record and the ops artifact."""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vllm_fork.core.errors import ForkError
+from vllm_fork.core.fs import b64_sha256, sha256_file
+from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.ops import cache as opscache
+from vllm_fork.ops.seed import official_wheel
+from vllm_fork.upstream.pin import load_pin
+from vllm_fork.wheel import provenance
+from vllm_fork.wheel.writer import read_record
+
+
+@dataclass
+class Report:
+    checks: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def ok(self, msg: str) -> None:
+        self.checks.append(msg)
+
+    def bad(self, msg: str) -> None:
+        self.problems.append(msg)
+
+
+def _metadata_body(text: str) -> str:
+    """METADATA without its Version line (the fork's version differs by design)."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("Version: "))
+
+
+def verify(wheel: Path, root: Path = REPO_ROOT) -> Report:
+    report = Report()
+    if not wheel.is_file():
+        raise ForkError(f"{wheel} does not exist; build it with `invoke build`")
+    try:
+        record = provenance.read(wheel)
+    except FileNotFoundError:
+        raise ForkError(f"{provenance.provenance_path(wheel)} is missing: the wheel has no provenance record") from None
+
+    got = sha256_file(wheel)
+    if got != record["wheel"]["sha256"]:
+        report.bad(f"wheel sha256 is {got}, its provenance says {record['wheel']['sha256']}")
+    else:
+        report.ok("wheel sha256 matches its provenance record")
+
+    version = record["version"]
+    dist_info = f"vllm-{version}.dist-info"
+    with zipfile.ZipFile(wheel) as zf:
+        # Every member against the wheel's own RECORD (reads and hashes them all).
+        hashes: dict[str, str] = {}
+        for info in zf.infolist():
+            hashes[info.filename] = b64_sha256(zf.read(info))
+        rows = {row[0]: row for row in read_record(zf, dist_info)}
+        bad_rows = [
+            n
+            for n, h in hashes.items()
+            if n != f"{dist_info}/RECORD" and (n not in rows or rows[n][1] != f"sha256={h}")
+        ]
+        missing = [n for n in rows if n not in hashes]
+        if bad_rows or missing:
+            report.bad(
+                f"RECORD disagrees with {len(bad_rows)} member(s) and lists {len(missing)} missing: "
+                f"{(bad_rows + missing)[:5]}"
+            )
+        else:
+            report.ok(f"all {len(hashes)} members match the wheel's RECORD")
+
+        # Compiled members byte-identical to the verified artifact.
+        key = record["ops"]["key"]
+        found = opscache.get(key, root)
+        if found is None:
+            report.bad(f"the ops index has no artifact for key {key[:16]}: cannot check compiled members")
+        else:
+            entry, artifact = found
+            if entry.sha256 != record["ops"]["artifact"]["sha256"]:
+                report.bad("the index's artifact for this key is not the one the wheel was built from")
+            members = opscache.load_member_record(entry, artifact)
+            differ = [n for n, (h, _size) in members.items() if hashes.get(n) != h]
+            if differ:
+                report.bad(f"{len(differ)} compiled member(s) differ from the artifact or are missing: {differ[:5]}")
+            else:
+                report.ok(f"all {len(members)} compiled members byte-identical to artifact {entry.file}")
+
+        # Every file the series changes is in the wheel as patched.
+        patched_bad = []
+        for item in record.get("patched_files", []):
+            if item.get("deleted"):
+                if item["path"] in hashes:
+                    patched_bad.append(f"{item['path']} (deleted by the series) is in the wheel")
+            else:
+                data = zf.read(item["path"]) if item["path"] in hashes else None
+                if data is None or hashlib.sha256(data).hexdigest() != item["sha256"]:
+                    patched_bad.append(f"{item['path']} missing or not as patched")
+        if patched_bad:
+            report.bad("; ".join(patched_bad[:5]))
+        else:
+            report.ok(f"{len(record.get('patched_files', []))} patched package file(s) present as patched")
+
+        # Metadata as upstream's, unless the series changes the requirements.
+        pin = load_pin(root)
+        with zipfile.ZipFile(official_wheel(pin)) as official:
+            upstream_dist = f"vllm-{pin.version}.dist-info"
+            ours = zf.read(f"{dist_info}/METADATA").decode()
+            theirs = official.read(f"{upstream_dist}/METADATA").decode()
+            if f"Version: {version}\n" not in ours:
+                report.bad(f"METADATA does not say Version: {version}")
+            if record.get("changes_requirements"):
+                report.ok(
+                    "METADATA not compared with upstream's: the series changes requirements/setup.py/pyproject.toml"
+                )
+            elif _metadata_body(ours) != _metadata_body(theirs):
+                report.bad("METADATA differs from the official wheel's beyond the version")
+            else:
+                report.ok("METADATA equals the official wheel's except the version")
+            for name in ("entry_points.txt", "top_level.txt"):
+                if zf.read(f"{dist_info}/{name}") != official.read(f"{upstream_dist}/{name}") and not record.get(
+                    "changes_requirements"
+                ):
+                    report.bad(f"{name} differs from the official wheel's")
+    return report
