@@ -1,4 +1,6 @@
-# syntax=docker/dockerfile:1
+# No `# syntax=` line: it makes BuildKit fetch its Dockerfile frontend from a registry, and
+# the engine's built-in frontend has every feature used here (RUN --mount), so an offline
+# engine builds this file.
 #
 # The vllm-fork deployment image: upstream's vllm/vllm-openai image for the pinned
 # release with only the vllm package replaced by the patched wheel. Every other
@@ -6,8 +8,9 @@
 #
 # Usually built by `invoke docker` (prints the command with --dry-run); see docs/docker.md.
 # Where the wheel comes from is the build argument WHEEL_FROM:
-#   dist     a wheel `invoke build` made on the host, given as the named build context
-#            `fork-dist` (a directory holding the wheel and its .provenance.json);
+#   dist     a wheel `invoke build` made on the host, staged by `invoke docker` in
+#            build/docker/dist/ (the wheel and its .provenance.json), read from the main
+#            build context: no named contexts, no buildx, so a plain engine builds it;
 #   build    `invoke build` inside the builder, on the cache-hit route only: the ops
 #            artifact comes from the `ops-seed` build context, the BuildKit cache mount,
 #            or the remote in ops-cache/index.json. There is no CUDA toolkit in this
@@ -34,8 +37,10 @@ ARG TOOLING_IMAGE=python:3.12-slim-bookworm
 ARG CUDA_DEVEL_IMAGE=pytorch/manylinux2_28-builder:cuda13.0-78e737ad29420ffc4800e677c51e2a852caf8359
 
 # ---------------------------------------------------------------------------------------
-# Inputs given as named build contexts; empty unless `--build-context NAME=DIR` replaces them.
+# The staged wheel (the .dockerignore lets in build/docker/dist/ and nothing else of build/).
 FROM scratch AS fork-dist
+COPY build/docker/dist/ /
+# Given as a named build context (buildx); empty unless `--build-context ops-seed=DIR` replaces it.
 FROM scratch AS ops-seed
 
 # ---------------------------------------------------------------------------------------
@@ -141,7 +146,7 @@ RUN --mount=type=bind,from=wheel,source=/dist,target=/tmp/fork-dist \
     set -- /tmp/fork-dist/vllm-*.whl; \
     if [ "$#" -ne 1 ] || [ ! -f "$1" ]; then \
         echo >&2 "error: expected exactly one vllm wheel in the wheel stage, found: $*" \
-            "(WHEEL_FROM=dist needs --build-context fork-dist=DIR; \`invoke docker\` passes it)"; \
+            "(WHEEL_FROM=dist reads build/docker/dist/ in the build context; \`invoke docker\` stages it there)"; \
         exit 1; \
     fi; \
     export PYTHONDONTWRITEBYTECODE=1 PIP_ROOT_USER_ACTION=ignore; \

@@ -1,97 +1,76 @@
-"""`invoke docker`: staging the build context and the exact `docker buildx build` command.
+"""`invoke docker`: staging the build context and the exact `docker build` command.
 
-Inputs are real files: a small wheel and provenance record written the way `invoke build`
-writes them (into dist/ of a copy of this repository), real patches, a real git repo.
-No Docker engine runs here, so the command is checked, not executed.
+Inputs are real: the wheel and provenance record `invoke apply` + `invoke build` make on a
+copy of this repository (once per module, hard-linked into each test's copy), the index's
+artifact entry as opscache wrote it, the real patches, a real git repo. The image itself is
+built and run on a Docker engine in tests/integration/test_image_engine.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.fork_copy import copy_repository, fork_with_wheel
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import git
-from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.image import plan as img
 from vllm_fork.image import stage as docker_stage
+from vllm_fork.image.engine import BUILDX, builder_kind
+from vllm_fork.ops import cache as opscache
 
-VERSION = "0.33.0+fork.abc123"
-WHEEL = f"vllm-{VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
-PATCH = "0001-example-python-only.patch"
-
-
-def make_wheel(dest: Path, version: str = VERSION, name: str | None = None) -> Path:
-    """A minimal installable vllm wheel (pure Python stand-in for the patched one)."""
-    name = name or f"vllm-{version}-cp38-abi3-manylinux_2_28_x86_64.whl"
-    path = dest / name
-    info = f"vllm-{version}.dist-info"
-    files = {
-        "vllm/__init__.py": f'__version__ = "{version}"\n',
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\nRequires-Dist: torch==2.13.0\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp38-abi3-manylinux_2_28_x86_64\n",
-    }
-    record = "".join(f"{n},,\n" for n in files) + f"{info}/RECORD,,\n"
-    with zipfile.ZipFile(path, "w") as zf:
-        for n, data in files.items():
-            zf.writestr(n, data)
-        zf.writestr(f"{info}/RECORD", record)
-    return path
+pytestmark = pytest.mark.slow  # the real wheel (the shared cache; seconds when warm)
 
 
-def make_record(wheel: Path, patches: dict[str, bytes], **extra) -> dict:
-    record = {
-        "pin": {"version": "0.33.0", "tag": "v0.33.0", "commit": "4ba787ec9"},
-        "series": {
-            "label": "fork.abc123",
-            "patches": [{"name": n, "sha256": hashlib.sha256(b).hexdigest()} for n, b in patches.items()],
-        },
-        "ops": {
-            "key": "f" * 64,
-            "artifact": {
-                "filename": "ops-ffff.zip",
-                "sha256": "e" * 64,
-                "remote": "https://user:s3cret@cache.example/ops",
-            },
-        },
-        "route": "fast",
-        "hit": True,
-        "timings": {"total_s": 4.2},
-        **extra,
-    }
-    (wheel.parent / (wheel.name + ".provenance.json")).write_text(json.dumps(record))
-    return record
+@dataclass(frozen=True)
+class Real:
+    """What the real build wrote: the wheel, its record, and names the tests use."""
+
+    wheel: Path
+    record_file: Path
+    record: dict
+
+    @property
+    def name(self) -> str:
+        return self.wheel.name
+
+    @property
+    def version(self) -> str:
+        return self.record["version"]
+
+    @property
+    def first_patch(self) -> str:
+        return self.record["series"]["patches"][0]["name"]
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory) -> Real:
+    _, result = fork_with_wheel(tmp_path_factory.mktemp("docker-real") / "fork")
+    return Real(result.wheel, result.provenance, result.record)
+
+
+def add_wheel(real: Real, dist: Path, name: str | None = None, copy: bool = False) -> Path:
+    """The real wheel in `dist` (a hard link, or a copy for its own mtime) and a copy of its record."""
+    dist.mkdir(parents=True, exist_ok=True)
+    wheel = dist / (name or real.name)
+    shutil.copyfile(real.wheel, wheel) if copy else os.link(real.wheel, wheel)
+    shutil.copyfile(real.record_file, dist / (wheel.name + ".provenance.json"))
+    return wheel
 
 
 @pytest.fixture()
-def repo(tmp_path) -> Path:
-    """A copy of this repository's tracked files (a real git repo) with a built wheel in dist/."""
-    root = tmp_path / "fork"
-    files = git(REPO_ROOT, "ls-files", "-z").stdout.split("\0")
-    for rel in filter(None, files):
-        src = REPO_ROOT / rel
-        if src.is_file():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, root / rel)
-    patch = b"From 0000\nSubject: [PATCH] example\n\n--- a/vllm/x.py\n+++ b/vllm/x.py\n"
-    (root / "patches").mkdir(exist_ok=True)
-    (root / "patches" / PATCH).write_bytes(patch)
-    (root / "patches" / "series").write_text(PATCH + "\n")
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "fork")
-    (root / "dist").mkdir()
-    wheel = make_wheel(root / "dist")
-    make_record(wheel, {PATCH: patch})
+def repo(tmp_path, real) -> Path:
+    """A copy of this repository's tracked files (a real git repo) with the real wheel in dist/."""
+    root = copy_repository(tmp_path / "fork")
+    add_wheel(real, root / "dist")
     return root
 
 
@@ -103,28 +82,29 @@ def build_args(cmd: list[str]) -> dict[str, str]:
     return dict(a.split("=", 1) for a in arg(cmd, "--build-arg"))
 
 
-def test_plan_stages_the_wheel_and_forms_the_command(repo):
+def test_plan_stages_the_wheel_and_forms_the_command(repo, real):
     plan = img.plan_image(root=repo)
     (cmd,) = plan.commands
     assert cmd[:3] == ["docker", "buildx", "build"] and cmd[-1] == str(repo)
     assert arg(cmd, "--file") == [str(repo / "Dockerfile")]
     assert arg(cmd, "--target") == ["image"]
     assert arg(cmd, "--platform") == ["linux/amd64"]
-    assert arg(cmd, "--tag") == ["vllm-fork/vllm-openai:0.33.0-fork.abc123"]
-    assert "--load" in cmd and "--push" not in cmd
+    assert arg(cmd, "--tag") == [f"vllm-fork/vllm-openai:{real.version.replace('+', '-')}"]
+    assert "--load" in cmd and "--push" not in cmd and "--network=none" in cmd
     staged = repo / "build" / "docker" / "dist"
-    assert arg(cmd, "--build-context") == [f"fork-dist={staged}"]
+    assert arg(cmd, "--build-context") == []  # the wheel comes through the main context
     # The staged context holds exactly the wheel (a hard link, not a copy) and its record.
-    assert sorted(p.name for p in staged.iterdir()) == [WHEEL, WHEEL + ".provenance.json"]
-    assert (staged / WHEEL).stat().st_ino == (repo / "dist" / WHEEL).stat().st_ino
+    assert sorted(p.name for p in staged.iterdir()) == [real.name, real.name + ".provenance.json"]
+    assert (staged / real.name).stat().st_ino == (repo / "dist" / real.name).stat().st_ino
     args = build_args(cmd)
     assert args["WHEEL_FROM"] == "dist"
     assert args["VLLM_BASE_IMAGE"] == "vllm/vllm-openai" and args["VLLM_BASE_TAG"] == "v0.33.0"
-    assert args["FORK_VERSION"] == VERSION
+    assert args["FORK_VERSION"] == real.version
     assert args["FORK_PIN_COMMIT"] == "4ba787ec9"
-    assert args["FORK_SERIES_LABEL"] == "fork.abc123"
-    assert json.loads(args["FORK_SERIES_PATCHES"])[0]["name"] == PATCH
-    assert args["FORK_OPS_KEY"] == "f" * 64 and args["FORK_OPS_ARTIFACT_SHA256"] == "e" * 64
+    assert args["FORK_SERIES_LABEL"] == real.record["series"]["label"]
+    assert json.loads(args["FORK_SERIES_PATCHES"])[0]["name"] == real.first_patch
+    entry = opscache.lookup(real.record["ops"]["key"], repo)  # the index entry opscache wrote
+    assert args["FORK_OPS_KEY"] == entry.key and args["FORK_OPS_ARTIFACT_SHA256"] == entry.sha256
     assert args["FORK_ROUTE"] == "fast"
     assert args["FORK_REVISION"] == git(repo, "rev-parse", "HEAD").stdout.strip()
     # Every build arg the command passes is declared in the Dockerfile (a typo would be ignored).
@@ -133,13 +113,18 @@ def test_plan_stages_the_wheel_and_forms_the_command(repo):
         assert f"ARG {name}" in declared, name
 
 
-def test_record_credentials_never_reach_the_context(repo):
+def test_record_credentials_never_reach_the_context(repo, real):
+    # The real record, with a remote URL holding credentials (as VLLM_FORK_OPS_REMOTES may).
+    record_file = repo / "dist" / (real.name + ".provenance.json")
+    record = json.loads(record_file.read_text())
+    record["ops"]["remote"] = "https://user:s3cret@cache.example/ops"
+    record_file.write_text(json.dumps(record))
     img.plan_image(root=repo)
-    staged = repo / "build" / "docker" / "dist" / (WHEEL + ".provenance.json")
+    staged = repo / "build" / "docker" / "dist" / (real.name + ".provenance.json")
     text = staged.read_text()
-    assert "s3cret" not in text and "user" not in text
-    assert json.loads(text)["ops"]["artifact"]["remote"] == "https://cache.example/ops"
-    assert json.loads(text)["timings"] == {"total_s": 4.2}  # extra fields are kept
+    assert "s3cret" not in text and "user:" not in text
+    assert json.loads(text)["ops"]["remote"] == "https://cache.example/ops"
+    assert json.loads(text)["timings"] == real.record["timings"]  # every other field is kept
 
 
 def test_tags_push_platform_and_digest(repo):
@@ -173,30 +158,30 @@ def test_digest_in_dockerfile_must_belong_to_the_pinned_tag(repo):
         img.plan_image(root=repo)
 
 
-def test_a_stale_wheel_is_refused(repo):
-    (repo / "patches" / PATCH).write_bytes(b"changed\n")
-    with pytest.raises(ForkError, match=f"{PATCH} changed since the wheel was built"):
+def test_a_stale_wheel_is_refused(repo, real):
+    (repo / "patches" / real.first_patch).write_bytes(b"changed\n")
+    with pytest.raises(ForkError, match=f"{real.first_patch} changed since the wheel was built"):
         img.plan_image(root=repo)
     plan = img.plan_image(root=repo, allow_stale=True)
     assert any("stale" in n for n in plan.notes)
 
 
-def test_no_wheel_or_no_record_says_what_to_run(repo):
-    (repo / "dist" / (WHEEL + ".provenance.json")).unlink()
+def test_no_wheel_or_no_record_says_what_to_run(repo, real):
+    (repo / "dist" / (real.name + ".provenance.json")).unlink()
     with pytest.raises(ForkError, match="Run `invoke build` first"):
         img.plan_image(root=repo)
     with pytest.raises(ForkError, match="has no provenance record"):
-        img.plan_image(root=repo, wheel=repo / "dist" / WHEEL)
+        img.plan_image(root=repo, wheel=repo / "dist" / real.name)
 
 
-def test_newest_wheel_for_the_pin_is_chosen(repo):
-    old = make_wheel(repo / "dist", "0.32.0+fork.old")
-    make_record(old, {})
-    newer = make_wheel(repo / "dist", "0.33.0+fork.def456")
-    make_record(newer, {PATCH: (repo / "patches" / PATCH).read_bytes()})
+def test_newest_wheel_for_the_pin_is_chosen(repo, real):
+    tag = real.name.split("-", 2)[2]
+    add_wheel(real, repo / "dist", f"vllm-0.32.0+fork.old-{tag}")  # another pin: never chosen
+    # Sorts before the real one by name: only its newer mtime makes it the choice.
+    newer = add_wheel(real, repo / "dist", f"vllm-0.33.0+fork.000000-{tag}", copy=True)
     os.utime(newer, (2_000_000_000, 2_000_000_000))
     (cmd,) = img.plan_image(root=repo).commands
-    assert build_args(cmd)["FORK_VERSION"] == "0.33.0+fork.def456"
+    assert build_args(cmd)["FORK_VERSION"] == "0.33.0+fork.000000"
 
 
 def run_invoke(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -208,7 +193,10 @@ def test_invoke_docker_dry_run_prints_the_exact_command(repo):
     assert proc.returncode == 0, proc.stderr
     (line,) = proc.stdout.splitlines()
     cmd = shlex.split(line)
-    assert cmd == img.plan_image(root=repo, tags=["reg.example/vllm:prod"]).commands[0]
+    # The builder this machine has: buildx where the client has the plugin, else `docker build`.
+    kind = builder_kind()
+    assert cmd == img.plan_image(root=repo, tags=["reg.example/vllm:prod"], builder=kind).commands[0]
+    assert cmd[:3] == (["docker", "buildx", "build"] if kind == BUILDX else ["docker", "build", "--file"])
     assert "pinned by tag only" in proc.stderr  # no digest in the Dockerfile yet: said so
 
 
@@ -220,18 +208,13 @@ def test_invoke_docker_without_buildx_fails_clearly(repo):
     assert "error:" in proc.stderr and "--dry-run" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_wheel_from_build_plans_the_wheel_stage(repo, tmp_path, monkeypatch):
-    cache = tmp_path / "cache"
+def test_wheel_from_build_plans_the_wheel_stage(repo, real, cache, tmp_path, monkeypatch):
+    # A cache holding the sdist, an unrelated file and the artifact the committed index lists.
     (cache / "downloads").mkdir(parents=True)
     (cache / "downloads" / "vllm-0.33.0.tar.gz").write_bytes(b"sdist")
     (cache / "downloads" / "unrelated.whl").write_bytes(b"x")
-    (cache / "ops" / "ab").mkdir(parents=True)
-    (cache / "ops" / "ab" / "ops-abcd.zip").write_bytes(b"artifact")
-    (repo / "ops-cache").mkdir(exist_ok=True)
-    (repo / "ops-cache" / "index.json").write_text(
-        json.dumps({"artifacts": {"abcd": {"filename": "ops-abcd.zip", "sha256": "0" * 64}}})
-    )
-    monkeypatch.setenv("VLLM_FORK_CACHE", str(cache))
+    artifact = opscache.ops_dir() / opscache.lookup(real.record["ops"]["key"], repo).file
+    artifact.write_bytes(b"artifact")
     monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
     (tmp_path / "pip.conf").write_text("[global]\nindex-url = https://u:p@idx.example/simple\n")
     cmd, out = img.plan_wheel(root=repo, source="build")
@@ -241,7 +224,8 @@ def test_wheel_from_build_plans_the_wheel_stage(repo, tmp_path, monkeypatch):
     seed = repo / "build" / "docker" / "ops-seed"
     assert arg(cmd, "--build-context") == [f"ops-seed={seed}"]
     seeded = sorted(str(p.relative_to(seed)) for p in seed.rglob("*") if p.is_file())
-    assert seeded == ["downloads/vllm-0.33.0.tar.gz", "ops/ab/ops-abcd.zip"]
+    # The sdist and the artifact the index lists under `file` (as opscache.put writes it).
+    assert seeded == ["downloads/vllm-0.33.0.tar.gz", str(artifact.relative_to(cache))]
     # The same through invoke: the wheel stage's command, then how to finish.
     proc = subprocess.run(
         [sys.executable, "-m", "invoke", "docker", "--dry-run", "--wheel-from", "compile"],
@@ -270,24 +254,18 @@ def test_seed_cache_adds_only_what_is_missing(tmp_path):
     assert not list(cache.rglob(".*"))  # no temp files left
 
 
-def test_collect_and_export_ops_inside_the_stage(tmp_path):
-    dist, out, cache = tmp_path / "dist", tmp_path / "out", tmp_path / "cache"
-    dist.mkdir()
-    wheel = make_wheel(dist)
-    record = make_record(wheel, {})
-    artifact = cache / "ops" / "ff" / "ops-ffff.zip"
-    artifact.parent.mkdir(parents=True)
-    artifact.write_bytes(b"compiled")
-    record["ops"]["artifact"]["sha256"] = hashlib.sha256(b"compiled").hexdigest()
-    (dist / (WHEEL + ".provenance.json")).write_text(json.dumps(record))
+def test_collect_and_export_ops_inside_the_stage(tmp_path, real, real_cache):
+    dist, out = tmp_path / "dist", tmp_path / "out"
+    add_wheel(real, dist)
     assert docker_stage.main(["collect", str(dist), str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == [WHEEL, WHEEL + ".provenance.json"]
-    assert (
-        docker_stage.main(["export-ops", str(out / (WHEEL + ".provenance.json")), str(cache), str(tmp_path / "ops")])
-        == 0
-    )
-    assert (tmp_path / "ops" / "ops" / "ff" / "ops-ffff.zip").read_bytes() == b"compiled"
-    make_wheel(dist, "0.33.0+fork.other")
+    assert sorted(p.name for p in out.iterdir()) == [real.name, real.name + ".provenance.json"]
+    # The record's artifact (as build.py records opscache's entry), found in the cache by its `file`.
+    record = str(out / (real.name + ".provenance.json"))
+    assert docker_stage.main(["export-ops", record, str(real_cache), str(tmp_path / "ops")]) == 0
+    entry = real.record["ops"]["artifact"]
+    exported = tmp_path / "ops" / "ops" / entry["file"]  # laid out as in the cache
+    assert exported.stat().st_size == entry["size"]
+    add_wheel(real, dist, real.name.replace("+fork.", "+fork.other"))
     assert docker_stage.main(["collect", str(dist), str(tmp_path / "out2")]) == 1  # two wheels: refuse
 
 

@@ -153,15 +153,23 @@ def image_command(
     platform: str,
     push: bool,
     revision: str | None = None,
+    builder: str = "buildx",
 ) -> list[str]:
-    """`docker buildx build` for the final image from a staged wheel (route `dist`)."""
-    cmd = ["docker", "buildx", "build", "--file", str(root / DOCKERFILE), "--target", "image"]
-    cmd += ["--platform", platform]
-    cmd += ["--build-context", f"fork-dist={staged}"]
+    """The build of the final image from the wheel staged in build/docker/dist (route `dist`).
+
+    `builder` is "buildx" (`docker buildx build`, loads or pushes) or "buildkit" (`docker
+    build` with DOCKER_BUILDKIT=1, which loads into the engine): the staged wheel is read
+    from the main build context, so neither needs named build contexts.
+    """
+    prefix = ["docker", "buildx", "build"] if builder == "buildx" else ["docker", "build"]
+    cmd = [*prefix, "--file", str(root / DOCKERFILE), "--target", "image"]
+    # The dist route's steps need no network (a local wheel, --no-deps): none is given.
+    cmd += ["--platform", platform, "--network=none"]
     cmd += _build_arg_flags({"WHEEL_FROM": "dist", **base, **image_labels(wheel, base, revision)})
     for tag in tags:
         cmd += ["--tag", tag]
-    cmd += ["--push"] if push else ["--load"]
+    if builder == "buildx":
+        cmd += ["--push"] if push else ["--load"]
     cmd.append(str(root))
     return cmd
 

@@ -19,7 +19,6 @@ The Dockerfile and commands are in `image.dockerfile`, the wheel and its record 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -44,6 +43,7 @@ from vllm_fork.image.dockerfile import (
     wheel_command,
 )
 from vllm_fork.image.wheel import find_wheel, load_wheel, stage_dist, stale_reasons
+from vllm_fork.ops.cache import read_index
 from vllm_fork.upstream.pin import Pin, load_pin
 
 #: Where `invoke docker` stages what it hands to the builder (under build/, git-ignored).
@@ -69,7 +69,7 @@ def stage_seed(root: Path, pin: Pin, dest: Path) -> Path:
     Artifacts are the files named in ops-cache/index.json that this host's cache holds.
     """
     cache = cache_dir()
-    wanted = {pin.sdist.filename} | _index_filenames(root / "ops-cache" / "index.json")
+    wanted = {pin.sdist.filename} | _index_filenames(root)
     tmp = Path(tempfile.mkdtemp(dir=_mkdir(dest.parent), prefix=f".{dest.name}."))
     try:
         tmp.chmod(0o755)
@@ -91,27 +91,13 @@ def _mkdir(path: Path) -> Path:
     return path
 
 
-def _index_filenames(index: Path) -> set[str]:
-    """Every `filename` value anywhere in the ops cache index (its layout is the build's)."""
+def _index_filenames(root: Path) -> set[str]:
+    """The file name of every artifact in the ops cache index (`file`, as ops.cache writes it)."""
     try:
-        data = json.loads(index.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        artifacts = read_index(root)["artifacts"]
+    except ForkError:
         return set()
-    found: set[str] = set()
-
-    def walk(node):
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "filename" and isinstance(value, str):
-                    found.add(os.path.basename(value))
-                else:
-                    walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(data)
-    return found
+    return {os.path.basename(entry["file"]) for entry in artifacts.values() if entry.get("file")}
 
 
 @dataclass(frozen=True)
@@ -131,6 +117,8 @@ def plan_image(
     platform: str | None = None,
     base_digest: str | None = None,
     allow_stale: bool = False,
+    builder: str = "buildx",
+    base_image_name: str | None = None,
 ) -> Plan:
     """Stage the wheel for the builder and form the final-image command (route `dist`).
 
@@ -149,6 +137,8 @@ def plan_image(
             )
         notes.append(f"warning: shipping a stale wheel:{detail}")
     base = base_image(root / DOCKERFILE, pin, base_digest)
+    if base_image_name:
+        base["VLLM_BASE_IMAGE"] = base_image_name
     if not base["VLLM_BASE_DIGEST"]:
         notes.append(
             f"note: the base {base_ref(base)} is pinned by tag only; pin its digest with "
@@ -164,6 +154,7 @@ def plan_image(
         platform=check_platform(platform, fork_wheel.platform),
         push=push,
         revision=fork_revision(root),
+        builder=builder,
     )
     return Plan([cmd], notes)
 
@@ -188,21 +179,8 @@ def plan_wheel(
     return cmd, out
 
 
-def require_buildx() -> None:
-    """Fail early, and say what to install, when `docker buildx` cannot run here."""
-    if shutil.which("docker") is None:
-        raise ForkError("docker is not installed; `invoke docker --dry-run` prints the command to run elsewhere")
-    proc = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise ForkError(
-            "`docker buildx` is not available (install the docker-buildx plugin; BuildKit is "
-            "required for the Dockerfile's cache and bind mounts). `invoke docker --dry-run` "
-            "prints the command to run on a machine that has it."
-        )
-
-
-def run_command(cmd: list[str]) -> None:
+def run_command(cmd: list[str], env: dict[str, str] | None = None) -> None:
     log.info(f"+ {render(cmd)}")
-    proc = subprocess.run(cmd, check=False)
+    proc = subprocess.run(cmd, check=False, env=env)
     if proc.returncode != 0:
-        raise ForkError(f"`docker buildx build` failed ({proc.returncode}); its output is above")
+        raise ForkError(f"`{' '.join(cmd[:3])}` failed ({proc.returncode}); its output is above")

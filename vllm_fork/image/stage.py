@@ -54,7 +54,7 @@ def export_ops(record: Path, cache: Path, out: Path) -> Path | None:
     """Copy the ops artifact the record names out of `cache` (a compile stage's new artifact)."""
     rec = json.loads(Path(record).read_text())
     artifact = (rec.get("ops") or {}).get("artifact") or {}
-    name, sha = artifact.get("filename"), artifact.get("sha256")
+    name, sha = artifact.get("file"), artifact.get("sha256")  # opscache.Entry.to_json's keys
     if not name:
         return None
     for path in Path(cache).rglob(name):

@@ -117,13 +117,23 @@ def build_fast(
                     elif src[1] in layer:
                         info = layer[src[1]]
                         digest, size = info.comment.decode().split(",")
-                        writer.add_raw(layer_fp, info, name, digest, int(size))
+                        # The layer is keyed by blob, which has no mode: the mode comes from the tree.
+                        writer.add_raw(layer_fp, info, name, digest, int(size), mode=member_mode(name, src[2]))
                     else:
-                        writer.add_bytes(name, fresh_data[src[1]], mode=src[2] & 0o777 | 0o100000)
+                        writer.add_bytes(name, fresh_data[src[1]], mode=member_mode(name, src[2]))
             writer.close()
     finally:
         layer_fp.close()
     return FastResult(final, len(sources) + 1, len(fresh), time.perf_counter() - start)
 
 
-__all__ = ["blockers", "build_fast", "FastResult"]
+__all__ = ["blockers", "build_fast", "FastResult", "member_mode"]
+
+
+def member_mode(name: str, tree_mode: int) -> int:
+    """A wheel member's mode as setuptools' build_py gives it (what the official wheel has).
+
+    Modules are copied without their mode (0644 even where the tree's file is executable);
+    package data keeps it, so e.g. vllm/utils/numa_wrapper.sh stays executable.
+    """
+    return 0o100644 if name.endswith(".py") else tree_mode & 0o777 | 0o100000

@@ -48,10 +48,18 @@ class WheelWriter:
         self.zip.writestr(info, data)
         self.record.append((arcname, record_hash(data), len(data)))
 
-    def add_raw(self, src: BinaryIO, info: zipfile.ZipInfo, arcname: str, b64_sha256: str, size: int) -> None:
-        """Copy an already-compressed entry; its hash comes from a verified record."""
-        if info.filename != arcname:
+    def add_raw(
+        self, src: BinaryIO, info: zipfile.ZipInfo, arcname: str, b64_sha256: str, size: int, mode: int | None = None
+    ) -> None:
+        """Copy an already-compressed entry; its hash comes from a verified record.
+
+        `mode` (st_mode bits) replaces the entry's when given: the external attributes live
+        in the central directory only, so the copied bytes stay as they are.
+        """
+        if info.filename != arcname or (mode is not None and info.external_attr >> 16 != mode):
             info = _renamed(info, arcname)
+            if mode is not None:
+                info.external_attr = mode << 16
         copy_raw(src, [info], self.zip)
         self.record.append((arcname, "sha256=" + b64_sha256, size))
 

@@ -1,0 +1,35 @@
+"""A copy of this repository's tracked files (a real git repo) with the real patched wheel in dist/.
+
+Made the way a user's checkout gets it: `invoke apply` and `invoke build` (fast route, the
+shared cache), so the image tests ship the wheel and record the build really writes.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from vllm_fork.core.git import git
+from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.queue import apply as queue
+from vllm_fork.wheel.build import build
+
+
+def copy_repository(dest: Path) -> Path:
+    files = [f for f in git(REPO_ROOT, "ls-files", "-z").stdout.split("\0") if f]
+    for name in files:
+        src = REPO_ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-qm", "copy")
+    return dest
+
+
+def fork_with_wheel(dest: Path):
+    """The copy, its patched tree and the BuildResult of the real fast-route build."""
+    root = copy_repository(dest)
+    queue.apply(root=root)
+    return root, build(root=root, apply=False, route="fast")
