@@ -239,9 +239,10 @@ def get(key: str, root: Path = REPO_ROOT, log=log_info) -> tuple[Entry, Path] | 
         got = sha256_file(dest)
         if got == entry.sha256:
             return entry, dest
-        # Not used, and not deleted either: a good copy fetched below replaces it (rename),
-        # so a wrong sha256 in the index never costs the file.
-        log_warning(f"cached artifact {dest} has sha256 {got}, the index says {entry.sha256}; not using it")
+        log_warning(
+            f"cached artifact {dest} has sha256 {got}, the index says {entry.sha256}; deleting it and fetching it again"
+        )
+        dest.unlink(missing_ok=True)
     errors = []
     for remote in remotes(root):
         try:

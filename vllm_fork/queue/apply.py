@@ -213,6 +213,7 @@ def conflicts_at(tree: Path, commit: str, patch: Path) -> dict[str, list[str]]:
                     input=hunk_patch(diff, hunk),
                     env=env,
                     check=False,
+                    text=False,
                 )
                 if check.returncode != 0:
                     conflicts.setdefault(diff.path, []).append(hunk[0])

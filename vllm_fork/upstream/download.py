@@ -124,7 +124,7 @@ def fetch(project: str, filename: str, sha256: str) -> Path:
         elif cached:
             kept = f"\nThe cached {dest} (sha256 {cached}) was kept. "
         raise IntegrityError(
-            f"the package index lists {filename} with sha256 {entry.sha256}, but upstream.toml pins {sha256}: "
+            f"the package index lists {filename} with sha256 {entry.sha256}, but the pin expects {sha256} (upstream.toml): "
             f"nothing was downloaded.{kept}\n"
             "If the pin has a typo, fix `sha256` in upstream.toml's table for this file (`git diff upstream.toml`)."
         )
