@@ -121,7 +121,10 @@ def lookup(key: str, root: Path = REPO_ROOT) -> Entry | None:
         # The name is joined to the cache's ops/ directory and to remote URLs: it must stay inside.
         plain_name(raw["file"], "artifact file")
     except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}; the tool reads and writes only inside {ops_dir()}") from None
+        raise ConfigError(
+            f"{where}: {exc}; the tool reads and writes only inside {ops_dir()}. "
+            f"Restore the index with `git checkout {INDEX_FILE}`"
+        ) from None
     return Entry(key=key, **{k: raw[k] for k in ENTRY_FIELDS})
 
 
