@@ -41,6 +41,9 @@ def start(step: str, root: Path, env: dict | None = None) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Its own process group: a kill reaches the git it runs too, as kill -9 of a
+        # terminal's job, Ctrl-C (SIGINT to the foreground group) or a power loss does.
+        start_new_session=True,
     )
 
 
@@ -51,16 +54,56 @@ def run(step: str, root: Path) -> subprocess.CompletedProcess:
 
 
 def kill_after(proc: subprocess.Popen, delay: float, sig: int = signal.SIGKILL) -> bool:
-    """Send `sig` after `delay` seconds; True if the child was still running then."""
+    """Send `sig` to the child's process group after `delay` seconds; True if it was still running."""
     deadline = time.monotonic() + delay
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
+    return kill_when(proc, lambda: time.monotonic() >= deadline, sig)
+
+
+def kill_when(proc: subprocess.Popen, ready, sig: int = signal.SIGKILL, timeout: float = 120) -> bool:
+    """Send `sig` to the child's group as soon as `ready()` holds; True if it was still running then."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None or time.monotonic() > deadline:
             proc.communicate()
             return False
-        time.sleep(0.005)
-    proc.send_signal(sig)
+        time.sleep(0.001)
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
     proc.communicate(timeout=60)
+    if sig != signal.SIGKILL:
+        # Ctrl-C: the tool's own git children may still be finishing; let the group end.
+        _wait_group(proc.pid)
     return True
+
+
+def _wait_group(pgid: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)
+
+
+def am_at(tree: Path, patch: int):
+    """A kill point: `git am` in `tree` has reached patch number `patch`."""
+    next_file = tree / ".git" / "rebase-apply" / "next"
+
+    def ready() -> bool:
+        try:
+            return int(next_file.read_text()) >= patch
+        except (FileNotFoundError, ValueError):
+            return False
+
+    return ready
+
+
+def exists(path: Path):
+    """A kill point: `path` exists (a lock, a journal, a temp file)."""
+    return lambda: Path(path).exists()
 
 
 def digest_tree(path: Path) -> dict[str, str]:

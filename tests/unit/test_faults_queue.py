@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 
 import pytest
 from support import faults
@@ -32,21 +33,46 @@ def series_of(fork, count: int) -> str:
     return queue.apply(fork.root)
 
 
+def kill_points(tree):
+    """Points inside an apply: the lock taken, checkout (index.lock), git am at several patches, timed points."""
+    gitdir = tree / ".git"
+    points = [
+        ("journal written", faults.exists(journal_path(tree))),
+        ("index.lock held", faults.exists(gitdir / "index.lock")),
+        ("am started", faults.exists(gitdir / "rebase-apply")),
+    ]
+    points += [(f"am at patch {n}", faults.am_at(tree, n)) for n in (2, 5, 9, 14, 20)]
+    points += [(f"after {d}s", _after(d)) for d in (0.0, 0.2, 0.35, 0.5)]
+    return points
+
+
+def _after(delay):
+    deadline = []
+
+    def ready():
+        if not deadline:
+            deadline.append(time.monotonic() + delay)
+        return time.monotonic() >= deadline[0]
+
+    return ready
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
 def test_apply_killed_at_many_points_is_recovered_by_the_next_apply(fork, sig):
     head = series_of(fork, 24)
     before = faults.precious(fork.root)
-    killed = 0
-    for delay in (0.0, 0.15, 0.3, 0.45, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0):
+    killed = []
+    for name, point in kill_points(fork.tree):
         proc = faults.start("apply-force", fork.root)
-        killed += faults.kill_after(proc, delay, sig)
+        if faults.kill_when(proc, point, sig):
+            killed.append(name)
         again = faults.run("apply", fork.root)  # no --force, no manual step
-        assert again.returncode == 0, f"after a kill at {delay}s:\n{again.stderr}"
+        assert again.returncode == 0, f"after a kill at {name}:\n{again.stderr}"
         faults.assert_actionable(again.stderr)
         assert again.stdout.strip() == head
         assert not journal_path(fork.tree).exists()
         assert faults.precious(fork.root) == before
-    assert killed >= 3, "the kills came too late to test anything: make the series longer"
+    assert len(killed) >= 6, f"only {killed} were reached before the apply ended"
 
 
 def test_a_stale_index_lock_does_not_stop_apply(fork):
