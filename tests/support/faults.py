@@ -27,6 +27,9 @@ try:
         print(queue.apply(root, force=True))
     elif step == "abort":
         queue.abort(root=root)
+    elif step == "build":
+        from vllm_fork.wheel.build import build
+        print(build(root=root, route="fast").wheel)
 except ForkError as exc:
     print(f"error: {exc}", file=sys.stderr)
     sys.exit(exc.exit_code)
@@ -104,6 +107,11 @@ def am_at(tree: Path, patch: int):
 def exists(path: Path):
     """A kill point: `path` exists (a lock, a journal, a temp file)."""
     return lambda: Path(path).exists()
+
+
+def matches(directory: Path, pattern: str):
+    """A kill point: a file matching `pattern` exists in `directory` (a temp file being written)."""
+    return lambda: Path(directory).is_dir() and any(Path(directory).glob(pattern))
 
 
 def digest_tree(path: Path) -> dict[str, str]:

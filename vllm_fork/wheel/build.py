@@ -156,7 +156,10 @@ def build(
     out_dir = out_dir or root / "dist"
     with locked(default_tree(root), "build"):
         if out_dir.is_dir():
-            remove_stale_temps(out_dir, age=0)  # under the lock, no other build of this clone writes there
+            # Wheels and records a killed build left half-written; under the lock no other
+            # build of this clone writes there.
+            for pattern in (".*.part", ".*.tmp"):
+                remove_stale_temps(out_dir, pattern, age=0)
         result = _build(root, route, apply, source, out_dir, log)
     return result
 
