@@ -9,12 +9,15 @@ import zipfile
 import pytest
 from support import faults
 
-from vllm_fork.core.errors import ConfigError, DiskFull, ForkError, IntegrityError
+from vllm_fork.core.errors import BuildError, ConfigError, DiskFull, ForkError, IntegrityError
 from vllm_fork.core.fs import remove_stale_temps
 from vllm_fork.core.paths import cache_dir
 from vllm_fork.ops import cache as opscache
+from vllm_fork.ops.key import OpsKey
 from vllm_fork.upstream.pin import load_pin
 from vllm_fork.wheel import provenance
+from vllm_fork.wheel.build import ensure_artifact
+from vllm_fork.wheel.buildenv import BuildEnv
 from vllm_fork.wheel.verify import verify
 
 
@@ -134,3 +137,24 @@ def test_verify_reports_a_truncated_provenance_record(tmp_path, cache):
 
 def test_disk_full_is_a_typed_error_with_its_own_exit_code():
     assert issubclass(DiskFull, ForkError) and DiskFull.exit_code == 28
+
+
+def test_a_build_env_whose_python_is_gone_is_a_build_error_naming_it(tmp_path):
+    env = BuildEnv(tmp_path / "env", "2.9.0", "12.8", real_torch=False)
+    (env.path / "bin").mkdir(parents=True)
+    (env.path / ".complete").write_text("x\n")
+    (env.path / "bin" / "python").symlink_to(tmp_path / "removed-interpreter")  # a dangling venv link
+    with pytest.raises(BuildError, match="cannot run") as err:
+        env.tool_versions()
+    assert str(env.path) in str(err.value)
+
+
+@pytest.mark.parametrize("index", ['{"schema": 1, "artifacts": {', '{"schema": 1, "artifacts": {"K": {"file": 3}}}'])
+def test_an_invalid_index_is_reported_before_any_seeding(tmp_path, cache, index):
+    (tmp_path / "ops-cache").mkdir()
+    (tmp_path / "ops-cache" / "index.json").write_text(index.replace("K", "k" * 64))
+    key = OpsKey("k" * 64, "0" * 40, [])
+    seeded = []
+    with pytest.raises(ConfigError, match="index.json"):
+        ensure_artifact(key, key, tmp_path, tmp_path / "no-tree", seeded.append)
+    assert seeded == [] and not list((cache / "ops").glob("*"))

@@ -97,7 +97,7 @@ def seed_cache(root: Path = REPO_ROOT, tree: Path | None = None, log=log_info) -
     return entry, path, time.perf_counter() - start
 
 
-def _ensure_artifact(
+def ensure_artifact(
     key: OpsKey, upstream_key: OpsKey, root: Path, tree: Path, log
 ) -> tuple[opscache.Entry, Path] | None:
     """The verified artifact for the key; re-seeds the pinned release's own key when its file is missing."""
@@ -183,7 +183,7 @@ def _build(root: Path, route: str, apply: bool, source: str | None, out_dir: Pat
     tag = f"{params['python_abi']}-{params['platform_tag']}"
     requirements = git(tree, "show", f"{head}:requirements/build/cuda.txt").stdout
 
-    found = _ensure_artifact(key, upstream_key, root, tree, log)
+    found = ensure_artifact(key, upstream_key, root, tree, log)
     timer.lap("cache")
     reasons: list[str] = []
     nvcc = None
