@@ -19,6 +19,7 @@ from vllm_fork.core.errors import ConfigError, ForkError
 from vllm_fork.core.fs import remove_stale_temps
 from vllm_fork.core.git import dirty_paths, git, operation_in_progress, rev
 from vllm_fork.core.log import info as log_info
+from vllm_fork.core.log import warning as log_warning
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.ops import cache as opscache
 from vllm_fork.ops import seed
@@ -110,7 +111,7 @@ def ensure_artifact(
             raise
         # The release's own artifact can always be made again from the official wheel;
         # what the remotes did wrong is still worth a line.
-        log(f"ops cache: the release's artifact could not be fetched ({exc}); seeding it instead")
+        log_warning(f"ops cache: the release's artifact could not be fetched ({exc}); seeding it instead")
         found = None
     if found is None and key.key == upstream_key.key:
         log(f"ops cache: no artifact for the release's key {key.short}; seeding it from the official wheel")
