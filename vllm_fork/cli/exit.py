@@ -7,14 +7,27 @@ from contextlib import contextmanager
 
 from invoke import Exit
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import ForkError, Interrupted, disk_full
+from vllm_fork.core.fs import is_disk_full
 
 
 @contextmanager
 def user_errors():
     """Print a ForkError as the user-facing message (no traceback) and exit with its exit_code."""
     try:
-        yield
+        try:
+            yield
+        except OSError as exc:
+            # A full disk can strike any write; every writer removes its temp file, so
+            # saying so (not a traceback) is all that is left to do.
+            if is_disk_full(exc):
+                raise disk_full(exc, "a file") from None
+            raise
+        except KeyboardInterrupt:
+            raise Interrupted(
+                "interrupted. Nothing half-written was kept; the next run of the same command "
+                "recovers what the interrupted step left (stale git locks, a half-applied queue)."
+            ) from None
     except ForkError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise Exit(code=exc.exit_code) from None

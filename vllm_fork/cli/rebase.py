@@ -5,6 +5,8 @@ from __future__ import annotations
 from invoke import Exit, task
 
 from vllm_fork.cli.exit import user_errors
+from vllm_fork.core.paths import default_tree
+from vllm_fork.queue.treelock import locked
 from vllm_fork.rebase import run as rebase_mod
 from vllm_fork.rebase.state import Options
 
@@ -55,8 +57,14 @@ def rebase(
 ):
     """Rebase patches/ onto a new upstream (forecast first); classify every patch; commit on rebase/<version>."""
     with user_errors():
+        # A rebase killed half-way leaves git's lock files in build/vllm; taking the tree's
+        # lock removes them (and waits for a build running there). The lock is not held while
+        # the rebase runs: its test command may run builds of its own.
+        with locked(default_tree(), "rebase-recover"):
+            pass
         if abort:
-            restored = rebase_mod.abort()
+            with locked(default_tree(), "rebase-abort"):
+                restored = rebase_mod.abort()
             print(
                 "rebase aborted: build/vllm, patches/ and upstream.toml are as they were"
                 + (f" (restored {', '.join(restored)})" if restored else "")

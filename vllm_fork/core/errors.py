@@ -30,3 +30,24 @@ class IntegrityError(ForkError):
 
 class BuildError(ForkError):
     """vLLM's setup.py (or the build env's pip) failed; the message holds its output's tail."""
+
+
+class DiskFull(ForkError):
+    """A write failed for lack of space (ENOSPC, EDQUOT); the half-written file was removed."""
+
+    exit_code = 28  # errno ENOSPC: scripts can tell "free space and retry" from other failures
+
+
+class Interrupted(ForkError):
+    """The tool was stopped (Ctrl-C, SIGTERM); the next run recovers what the step left."""
+
+    exit_code = 130  # 128 + SIGINT, as a shell reports it
+
+
+def disk_full(exc: OSError, what: str) -> DiskFull:
+    """A DiskFull naming what was being written and where, from the OSError that said so."""
+    where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+    return DiskFull(
+        f"no space left writing {what}{where}: {exc.strerror or exc}.\n"
+        "Nothing half-written was kept. Free some space (`df -h` shows where) and run the same command again."
+    )

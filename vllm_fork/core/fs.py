@@ -9,10 +9,12 @@ The temp file is made with mode 0600; before the rename it gets the mode a plain
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,3 +103,52 @@ def link_or_copy(src: Path, dest: Path) -> None:
         os.link(src, dest)
     except OSError:
         shutil.copy2(src, dest)
+
+
+#: errno values that mean "the disk is full": never a network error, never worth a retry.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+#: Temp files older than this are left by a killed process (a live writer touches its file
+#: at least every few seconds), so the next run deletes them.
+STALE_TEMP_SECONDS = 15 * 60
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in NO_SPACE
+
+
+def remove_stale_temps(directory: Path, pattern: str = ".*.part", age: float = STALE_TEMP_SECONDS) -> list[Path]:
+    """Delete temp files (`.<name>.<random>.part`) a killed process left in `directory`.
+
+    Only files untouched for `age` seconds go: another process's download in
+    progress, in a cache shared by several clones, is written to continuously.
+    """
+    removed = []
+    cutoff = time.time() - age
+    for path in Path(directory).glob(pattern):
+        try:
+            if path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed.append(path)
+        except FileNotFoundError:  # another process removed it first
+            continue
+    return removed
+
+
+def plain_name(name: object, what: str) -> str:
+    """`name` if it is a plain file name (no directory part, not `.`/`..`), else ValueError naming `what`.
+
+    Names read from files anyone can edit (ops-cache/index.json, a remote, a manifest,
+    upstream.toml) are joined to cache directories: a `../x` must never reach outside.
+    """
+    if (
+        not isinstance(name, str)
+        or not name
+        or name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\0" in name
+        or name != name.strip()
+    ):
+        raise ValueError(f"{what} {name!r} is not a plain file name (no directories, no `..`)")
+    return name

@@ -61,6 +61,8 @@ def git(
         input=input,
         capture_output=True,
         text=text,
+        # Output may hold file content in any encoding (a latin-1 source file): keep its bytes.
+        errors="surrogateescape" if text else None,
         env=git_env(env),
         check=False,
     )

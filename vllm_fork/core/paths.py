@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from vllm_fork.core.errors import ConfigError
+
 #: The fork's repository root (vllm_fork/core/paths.py sits two levels under it).
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,14 +22,25 @@ def cache_dir() -> Path:
     else:
         base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
         path = base / "vllm-fork"
-    path.mkdir(parents=True, exist_ok=True)
+    _make_dir(path, f"the cache directory (${CACHE_ENV} or ~/.cache/vllm-fork)")
     return path
+
+
+def _make_dir(path: Path, what: str) -> None:
+    """mkdir -p, or a ConfigError saying which path is in the way (a file, not a directory)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ConfigError(
+            f"{what} {path} cannot be made: it, or a directory above it, is a file. "
+            f"Point {CACHE_ENV} at a directory (or unset it), or move that file away."
+        ) from None
 
 
 def cache_subdir(name: str) -> Path:
     """A directory of the cache (downloads, ops, pylayer, ...), made if missing."""
     path = cache_dir() / name
-    path.mkdir(parents=True, exist_ok=True)
+    _make_dir(path, f"the cache's {name} directory")
     return path
 
 

@@ -23,7 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.errors import ConfigError, DownloadError, ForkError, IntegrityError
-from vllm_fork.core.fs import atomic_open, b64_digest, sha256_file, write_atomic
+from vllm_fork.core.fs import (
+    atomic_open,
+    b64_digest,
+    plain_name,
+    remove_stale_temps,
+    rename_into_place,
+    sha256_file,
+    write_atomic,
+)
 from vllm_fork.core.log import info as log_info
 from vllm_fork.core.log import warning as log_warning
 from vllm_fork.core.paths import REPO_ROOT, cache_dir, cache_subdir
@@ -76,18 +84,48 @@ def read_index(root: Path = REPO_ROOT) -> dict:
         return _empty_index()
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not valid JSON ({exc}); restore it with `git checkout {INDEX_FILE}`") from None
-    if data.get("schema") != SCHEMA:
-        raise ConfigError(f"{path} has schema {data.get('schema')!r}; this tool reads schema {SCHEMA}")
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        schema = data.get("schema") if isinstance(data, dict) else None
+        raise ConfigError(f"{path} has schema {schema!r}; this tool reads schema {SCHEMA}")
     data.setdefault("remotes", [])
     data.setdefault("artifacts", {})
+    if not isinstance(data["remotes"], list) or not all(isinstance(r, str) for r in data["remotes"]):
+        raise ConfigError(
+            f'{path}: "remotes" must be a list of URL strings; restore it with `git checkout {INDEX_FILE}`'
+        )
+    if not isinstance(data["artifacts"], dict):
+        raise ConfigError(
+            f'{path}: "artifacts" must map ops keys to entries; restore it with `git checkout {INDEX_FILE}`'
+        )
     return data
+
+
+ENTRY_FIELDS = {"file": str, "sha256": str, "size": int, "members": int, "record_sha256": str, "provenance": dict}
 
 
 def lookup(key: str, root: Path = REPO_ROOT) -> Entry | None:
     raw = read_index(root)["artifacts"].get(key)
     if raw is None:
         return None
-    return Entry(key=key, **{k: raw[k] for k in ("file", "sha256", "size", "members", "record_sha256", "provenance")})
+    path = root / INDEX_FILE
+    where = f"{path}: the entry for key {key[:16]}"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} is not an object; restore it with `git checkout {INDEX_FILE}`")
+    for name, kind in ENTRY_FIELDS.items():
+        if not isinstance(raw.get(name), kind):
+            raise ConfigError(
+                f'{where} lacks "{name}" (a {kind.__name__}) or has the wrong type; '
+                f"restore it with `git checkout {INDEX_FILE}`"
+            )
+    try:
+        # The name is joined to the cache's ops/ directory and to remote URLs: it must stay inside.
+        plain_name(raw["file"], "artifact file")
+    except ValueError as exc:
+        raise ConfigError(
+            f"{where}: {exc}; the tool reads and writes only inside {ops_dir()}. "
+            f"Restore the index with `git checkout {INDEX_FILE}`"
+        ) from None
+    return Entry(key=key, **{k: raw[k] for k in ENTRY_FIELDS})
 
 
 @contextmanager
@@ -197,6 +235,8 @@ def get(key: str, root: Path = REPO_ROOT, log=log_info) -> tuple[Entry, Path] | 
     entry = lookup(key, root)
     if entry is None:
         return None
+    for pattern in (".*.part", ".seed.*.zip"):  # left by a killed fetch or seed
+        remove_stale_temps(ops_dir(), pattern)
     dest = ops_dir() / entry.file
     if dest.is_file():
         got = sha256_file(dest)
@@ -254,7 +294,7 @@ def put(
     os.replace(artifact_tmp, staged) if artifact_tmp.parent == ops_dir() else _copy_verified(
         artifact_tmp, staged, sha256
     )
-    os.replace(staged, dest)
+    rename_into_place(staged, dest)  # with the umask's mode, as any file the tool writes
     artifact_tmp.unlink(missing_ok=True)
     write_atomic(_record_path(sha256), record_data)
     with _index_lock(root) as path:

@@ -20,6 +20,7 @@ from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.core.paths import patches_dir as default_patches_dir
 from vllm_fork.queue.patchfile import hunk_patch, parse_patch
 from vllm_fork.queue.series import read_series
+from vllm_fork.queue.treelock import drop_stopped_am, locked
 from vllm_fork.upstream.pin import Pin, load_pin
 from vllm_fork.upstream.sources import Upstream, ensure_upstream
 
@@ -88,7 +89,34 @@ def _unexported_commits(tree: Path) -> list[str]:
     base = mark.read_text().strip()
     if rev(tree, base) is None:
         return [head]
+    # HEAD on upstream or part-way up the applied queue (an apply cut short) holds
+    # nothing new: only commits that are not in the applied queue are work.
+    if git(tree, "merge-base", "--is-ancestor", "HEAD", base, check=False).returncode == 0:
+        return []
     return out(tree, "log", "--format=%h %s", f"{base}..HEAD").splitlines() or [head]
+
+
+def _listed(paths: list[str]) -> str:
+    shown = "".join(f"\n      {p}" for p in paths[:10])
+    return shown + (f"\n      ... and {len(paths) - 10} more" if len(paths) > 10 else "")
+
+
+def ignored_work(tree: Path) -> list[str]:
+    """Git-ignored files in the tree (a locally built `.so`, a venv) that `git clean -fdx` would delete.
+
+    Python's bytecode caches are not work: importing the tree (the CPU tests do) makes them.
+    """
+    listed = git(tree, "status", "--porcelain", "--ignored=traditional", "--untracked-files=normal").stdout
+    found = []
+    for line in listed.splitlines():
+        if not line.startswith("!! "):
+            continue
+        path = line[3:]
+        parts = path.rstrip("/").split("/")
+        if "__pycache__" in parts or path.endswith(".pyc"):
+            continue
+        found.append(path)
+    return found
 
 
 def ensure_clean(tree: Path, force: bool) -> None:
@@ -101,9 +129,10 @@ def ensure_clean(tree: Path, force: bool) -> None:
         problems.append(f"a `git {op}` is stopped half-way")
     dirty = dirty_paths(tree)
     if dirty:
-        shown = "".join(f"\n      {p}" for p in dirty[:10])
-        more = f"\n      ... and {len(dirty) - 10} more" if len(dirty) > 10 else ""
-        problems.append(f"uncommitted changes:{shown}{more}")
+        problems.append(f"uncommitted changes:{_listed(dirty)}")
+    ignored = ignored_work(tree)
+    if ignored:
+        problems.append(f"git-ignored files (apply starts from a clean checkout: `git clean -fdx`):{_listed(ignored)}")
     commits = _unexported_commits(tree)
     if commits:
         problems.append("commits not exported to patches/:" + "".join(f"\n      {c}" for c in commits[:10]))
@@ -128,7 +157,7 @@ def prepare_tree(tree: Path, upstream: Upstream, tag: str, force: bool = False, 
         tree.mkdir(parents=True, exist_ok=True)
         git(tree, "init", "-q")
     elif operation_in_progress(tree):
-        git(tree, "am", "--abort", check=False)
+        drop_stopped_am(tree)  # --abort, or --quit when an edited file makes --abort refuse
         git(tree, "rebase", "--abort", check=False)
     if borrow_objects:
         alternates = _gitdir(tree) / "objects" / "info" / "alternates"
@@ -184,6 +213,7 @@ def conflicts_at(tree: Path, commit: str, patch: Path) -> dict[str, list[str]]:
                     input=hunk_patch(diff, hunk),
                     env=env,
                     check=False,
+                    text=False,
                 )
                 if check.returncode != 0:
                     conflicts.setdefault(diff.path, []).append(hunk[0])
@@ -213,32 +243,37 @@ def apply(
     patches = read_series(default_patches_dir(root))
     for patch in patches:
         parse_patch(patch)  # a corrupt or empty file fails here, before the tree is touched
-    ensure_clean(tree, force)
-    upstream = ensure_upstream(pin, source, remote)
-    prepare_tree(tree, upstream, pin.tag, force=True)
-    failure = am(tree, patches, three_way)
-    if failure:
-        raise PatchConflict(failure, tree, three_way, pin.tag)
-    return mark_applied(tree)
+    with locked(tree, "apply") as unfinished:
+        # A killed apply (or build, in its apply) left only its own half-done work: redo it.
+        ensure_clean(tree, force or (unfinished is not None and unfinished.step in ("apply", "build", "unknown")))
+        upstream = ensure_upstream(pin, source, remote)
+        prepare_tree(tree, upstream, pin.tag, force=True)
+        failure = am(tree, patches, three_way)
+        if failure:
+            raise PatchConflict(failure, tree, three_way, pin.tag)
+        return mark_applied(tree)
 
 
 def continue_am(tree: Path) -> str:
     """After the user resolved and staged a stopped patch: apply the rest."""
-    if operation_in_progress(tree) != "am":
-        raise ForkError(f"no stopped `git am` in {tree}: nothing to continue")
-    proc = git(tree, "am", "--continue", check=False)
-    if proc.returncode != 0:
-        raise ForkError(
-            f"`git am --continue` in {tree} stopped again:\n{(proc.stdout + proc.stderr).strip()}\n"
-            "Resolve, `git add`, and continue again; or `invoke apply --abort`."
-        )
-    return mark_applied(tree)
+    with locked(tree, "apply-continue"):
+        if operation_in_progress(tree) != "am":
+            raise ForkError(f"no stopped `git am` in {tree}: nothing to continue")
+        proc = git(tree, "am", "--continue", check=False)
+        if proc.returncode != 0:
+            raise ForkError(
+                f"`git am --continue` in {tree} stopped again:\n{(proc.stdout + proc.stderr).strip()}\n"
+                "Resolve, `git add`, and continue again; or `invoke apply --abort`."
+            )
+        return mark_applied(tree)
 
 
 def abort(tree: Path | None = None, root: Path = REPO_ROOT) -> None:
     """Drop a stopped `git am`: the tree goes back to where the am started."""
     tree = tree or default_tree(root)
-    if not (tree / ".git").exists() or operation_in_progress(tree) != "am":
-        raise ForkError(f"no stopped `git am` in {tree}: nothing to abort")
-    git(tree, "am", "--abort")
-    mark_applied(tree)
+    with locked(tree, "apply-abort"):  # removes the git locks a killed process left
+        if not (tree / ".git").exists() or operation_in_progress(tree) != "am":
+            raise ForkError(f"no stopped `git am` in {tree}: nothing to abort")
+        drop_stopped_am(tree)
+        git(tree, "checkout", "--quiet", "--force", "HEAD")
+        mark_applied(tree)

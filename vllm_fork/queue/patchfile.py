@@ -42,12 +42,19 @@ class PatchFile:
 
 def parse_patch(path: Path) -> PatchFile:
     """Parse a mail-format patch; raise ForkError naming the file if it is not one."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ForkError(f"{path.name}: not UTF-8 text, so not a format-patch file") from None
-    if not text.strip():
+    # Bytes, not universal newlines: a CRLF copy must be seen, and a patch of a latin-1
+    # file holds latin-1 lines, which surrogateescape carries through unchanged.
+    data = path.read_bytes()
+    if not data.strip():
         raise ForkError(f"{path.name}: the file is empty")
+    first = data.split(b"\n", 1)[0]
+    if first.endswith(b"\r"):
+        raise ForkError(
+            f"{path.name}: has Windows (CRLF) line endings (an editor or git's core.autocrlf converted it); "
+            "`git am` would write CR into every line it adds. Restore it with `git checkout -- patches/` "
+            "or re-export it with `invoke export`; then `invoke check`."
+        )
+    text = data.decode("utf-8", "surrogateescape")
     lines = text.split("\n")
     if not lines[0].startswith("From "):
         raise ForkError(
@@ -97,9 +104,9 @@ def parse_patch(path: Path) -> PatchFile:
     return PatchFile(path, author, subject, "\n".join(body_lines).strip(), files)
 
 
-def hunk_patch(diff: FileDiff, hunk: list[str]) -> str:
-    """A one-hunk patch, to test whether that hunk alone applies."""
+def hunk_patch(diff: FileDiff, hunk: list[str]) -> bytes:
+    """A one-hunk patch, to test whether that hunk alone applies (bytes: the file's own encoding)."""
     body = hunk[:]
     while body and body[-1] == "":
         body.pop()
-    return "\n".join(diff.header + body) + "\n"
+    return ("\n".join(diff.header + body) + "\n").encode("utf-8", "surrogateescape")

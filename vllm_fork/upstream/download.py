@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import tempfile
 import time
@@ -11,8 +12,8 @@ import urllib.request
 from pathlib import Path
 
 from vllm_fork.core import log
-from vllm_fork.core.errors import DownloadError, ForkError, IntegrityError
-from vllm_fork.core.fs import rename_into_place, sha256_file
+from vllm_fork.core.errors import ConfigError, DownloadError, ForkError, IntegrityError, disk_full
+from vllm_fork.core.fs import is_disk_full, plain_name, remove_stale_temps, rename_into_place, sha256_file
 from vllm_fork.core.paths import cache_subdir
 from vllm_fork.upstream.pkgindex import find_file
 
@@ -24,54 +25,74 @@ def downloads_dir() -> Path:
     return cache_subdir("downloads")
 
 
+class TruncatedTransfer(OSError):
+    """The server closed the connection before sending the Content-Length it announced."""
+
+
 def fetch_url(url: str | urllib.request.Request, dest: Path, sha256: str, timeout: float = 60) -> Path:
     """Download `url` to `dest` through a temp file; verify `sha256` before the rename.
 
-    Network errors are retried; a hash mismatch deletes the partial and raises,
-    naming the file and both hashes. `dest` is never half-written. `url` may be a
-    Request carrying headers (e.g. a registry's bearer token).
+    Network errors and truncated transfers are retried; a full disk is not (it is
+    no network error) and raises DiskFull. A hash mismatch deletes the partial and
+    raises, naming the file and both hashes. `dest` is never half-written. `url` may
+    be a Request carrying headers (e.g. a registry's bearer token).
     """
     request, url = url, url.full_url if isinstance(url, urllib.request.Request) else url
+    remove_stale_temps(dest.parent)
     last: Exception | None = None
     for attempt in range(1, RETRIES + 1):
-        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-        os.close(fd)
-        tmp = Path(tmp_name)
+        tmp: Path | None = None
         try:
+            fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+            os.close(fd)
+            tmp = Path(tmp_name)
             digest = hashlib.sha256()
+            size = 0
             with open(tmp, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as resp:
                 length = resp.headers.get("Content-Length")
-                progress = log.Progress(dest.name, int(length) if length else None, unit="MiB", scale=1 << 20)
+                expected = int(length) if length and length.isdigit() else None
+                progress = log.Progress(dest.name, expected, unit="MiB", scale=1 << 20)
                 while chunk := resp.read(CHUNK):
                     out.write(chunk)
                     digest.update(chunk)
+                    size += len(chunk)
                     progress.advance(len(chunk))
+            if expected is not None and size < expected:
+                raise TruncatedTransfer(f"truncated transfer: got {size} of the {expected} bytes announced")
             got = digest.hexdigest()
             if got != sha256:
                 raise IntegrityError(
-                    f"sha256 mismatch downloading {dest.name} from {url}:\n"
+                    f"sha256 mismatch downloading {dest.name} from {url} ({size} bytes, complete):\n"
                     f"  expected {sha256}\n  got      {got}\n"
-                    "The partial download was deleted. If the pin is wrong, fix upstream.toml; "
-                    "if the index serves a different file, check `pip config list`."
+                    "The download was deleted and nothing was replaced. If the pin is wrong, fix upstream.toml; "
+                    "if the server sends a different file, check `pip config list` (or the remote)."
                 )
             rename_into_place(tmp, dest)
             return dest
         except ForkError:
-            tmp.unlink(missing_ok=True)
+            _discard(tmp)
             raise
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
-            tmp.unlink(missing_ok=True)
+        except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as exc:
+            _discard(tmp)
+            if is_disk_full(exc):
+                raise disk_full(exc, f"{dest.name} into {dest.parent}") from None
             last = exc
             if attempt < RETRIES:
                 time.sleep(min(2**attempt, 10) * 0.5)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            _discard(tmp)
             raise
+    what = "the transfer was cut short every time" if isinstance(last, TruncatedTransfer) else "network error"
     raise DownloadError(
-        f"could not download {dest.name} from {url} after {RETRIES} attempts: {last}\n"
-        "Check the network and `pip config list`, or place the file at "
-        f"{dest} (it is verified against sha256 {sha256})."
+        f"could not download {dest.name} from {url} after {RETRIES} attempts ({what}): {last}\n"
+        "Check the network (and `pip config list` or the remote), then run the command again, or place the "
+        f"file at {dest} (it is verified against sha256 {sha256}). Nothing in the cache was changed."
     )
+
+
+def _discard(tmp: Path | None) -> None:
+    if tmp is not None:
+        tmp.unlink(missing_ok=True)
 
 
 def verified(path: Path, sha256: str) -> bool:
@@ -79,18 +100,32 @@ def verified(path: Path, sha256: str) -> bool:
 
 
 def fetch(project: str, filename: str, sha256: str) -> Path:
-    """The cached, verified file: downloaded through pip's index only when missing or bad."""
+    """The cached, verified file: downloaded through pip's index only when missing or bad.
+
+    A cached copy that does not match the pin is kept until a download matching the
+    pin replaces it: when the pin is what is wrong (a typo), the good file survives.
+    """
+    try:
+        plain_name(filename, "file name")
+    except ValueError as exc:
+        raise ConfigError(f"upstream.toml: {exc}") from None
     dest = downloads_dir() / filename
+    cached = None
     if dest.exists():
-        if verified(dest, sha256):
+        cached = sha256_file(dest)
+        if cached == sha256:
             return dest
-        got = sha256_file(dest)
-        log.warning(f"cached {dest} has sha256 {got}, expected {sha256}; fetching it again")
-        dest.unlink()
+        log.warning(f"cached {dest} has sha256 {cached}, the pin expects {sha256}; checking the package index")
     entry = find_file(project, filename)
     if entry.sha256 and entry.sha256 != sha256:
+        kept = ""
+        if cached == entry.sha256:
+            kept = f"\nThe cached {dest} is that file (sha256 {cached}) and was kept. "
+        elif cached:
+            kept = f"\nThe cached {dest} (sha256 {cached}) was kept. "
         raise IntegrityError(
-            f"the package index lists {filename} with sha256 {entry.sha256}, "
-            f"but the pin expects {sha256}. Nothing was downloaded."
+            f"the package index lists {filename} with sha256 {entry.sha256}, but the pin expects {sha256} (upstream.toml): "
+            f"nothing was downloaded.{kept}\n"
+            "If the pin has a typo, fix `sha256` in upstream.toml's table for this file (`git diff upstream.toml`)."
         )
     return fetch_url(entry.url, dest, sha256)

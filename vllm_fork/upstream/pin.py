@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vllm_fork.core.errors import ConfigError
-from vllm_fork.core.fs import write_atomic
+from vllm_fork.core.fs import plain_name, write_atomic
 from vllm_fork.core.paths import REPO_ROOT
 
 PIN_FILE = "upstream.toml"
@@ -44,21 +45,59 @@ def load_pin(root: Path = REPO_ROOT) -> Pin:
         raise ConfigError(f"no pin: {path} is missing") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-    try:
-        pin = Pin(
-            version=data["version"],
-            tag=data["tag"],
-            commit=data.get("commit", ""),
-            source=data.get("source", "pypi"),
-            git_remote=data.get("git_remote", ""),
-            sdist=Artifact(**data["sdist"]),
-            wheel=Artifact(**data["wheel"]),
-        )
-    except (KeyError, TypeError) as exc:
-        raise ConfigError(f"{path} lacks a required field: {exc}") from None
+    pin = Pin(
+        version=_string(data, "version", path),
+        tag=_string(data, "tag", path, allow_empty=True),
+        commit=_string(data, "commit", path, default="", allow_empty=True),
+        source=_string(data, "source", path, default="pypi"),
+        git_remote=_string(data, "git_remote", path, default="", allow_empty=True),
+        sdist=_artifact(data, "sdist", path),
+        wheel=_artifact(data, "wheel", path),
+    )
     if pin.source not in SOURCES:
         raise ConfigError(f"{path}: source must be one of {SOURCES}, not {pin.source!r}")
     return pin
+
+
+_MISSING = object()
+
+
+def _string(table: dict, key: str, path: Path, default=_MISSING, allow_empty: bool = False, where: str = "") -> str:
+    """`table[key]` as a string, or a ConfigError naming the file, the table and the key.
+
+    TOML's `version = 0.33` is a float: accepted, it would name a wheel `vllm-0.33+fork...`.
+    """
+    place = f"[{where}] " if where else ""
+    if key not in table:
+        if default is _MISSING:
+            raise ConfigError(f'{path}: {place}lacks `{key}` (add `{key} = "..."`)')
+        return default
+    value = table[key]
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"{path}: {place}`{key} = {value!r}` is a {type(value).__name__}; write it as a quoted string: "
+            f'`{key} = "{value}"`'
+        )
+    if not value and not allow_empty:
+        raise ConfigError(f"{path}: {place}`{key}` is empty")
+    return value
+
+
+def _artifact(data: dict, name: str, path: Path) -> Artifact:
+    table = data.get(name)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: lacks the [{name}] table (filename and sha256 of the release's {name})")
+    filename = _string(table, "filename", path, where=name, allow_empty=True)
+    sha256 = _string(table, "sha256", path, where=name, allow_empty=True)
+    if not filename and not sha256:
+        return Artifact("", "")  # a pin on a bare commit (git source) has no published files
+    try:
+        plain_name(filename, "file name")
+    except ValueError as exc:
+        raise ConfigError(f"{path}: [{name}] {exc}") from None
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise ConfigError(f"{path}: [{name}] sha256 {sha256!r} is not 64 lowercase hex digits")
+    return Artifact(filename, sha256)
 
 
 def render_pin(pin: Pin) -> str:

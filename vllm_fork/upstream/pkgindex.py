@@ -8,6 +8,7 @@ index's simple API (PEP 691 JSON, or PEP 503 HTML for plain file indexes).
 from __future__ import annotations
 
 import html.parser
+import http.client
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import DownloadError
 
 _JSON = "application/vnd.pypi.simple.v1+json"
 
@@ -137,15 +138,23 @@ def _project_files(index: str, project: str, timeout: float) -> list[IndexFile]:
 def find_file(project: str, filename: str, timeout: float = 60) -> IndexFile:
     """Locate `filename` of `project` on pip's indexes."""
     errors: list[str] = []
-    for index in index_urls():
+    indexes = index_urls()
+    for index in indexes:
         try:
             for entry in _project_files(index, project, timeout):
                 if entry.filename == filename:
                     return entry
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, http.client.HTTPException) as exc:
             errors.append(f"{index}: {exc}")
     detail = "".join(f"\n  {e}" for e in errors)
-    raise ForkError(
+    if len(errors) == len(indexes):
+        # Not one index answered: that says nothing about whether the file exists.
+        raise DownloadError(
+            f"could not reach any package index pip is configured to use, to find {filename}:{detail}\n"
+            "Check the network and `pip config list` / PIP_INDEX_URL, then run the command again; or put the "
+            "file in the download cache (it is verified against the pin's sha256). Nothing was changed."
+        )
+    raise DownloadError(
         f"{filename} is not on any package index pip is configured to use "
         f"({', '.join(index_urls())}).{detail}\n"
         "Check `pip config list` / PIP_INDEX_URL, or put the file in the download cache."

@@ -15,9 +15,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import ConfigError, ForkError
+from vllm_fork.core.fs import remove_stale_temps
 from vllm_fork.core.git import dirty_paths, git, operation_in_progress, rev
 from vllm_fork.core.log import info as log_info
+from vllm_fork.core.log import warning as log_warning
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.ops import cache as opscache
 from vllm_fork.ops import seed
@@ -25,6 +27,7 @@ from vllm_fork.ops.inputs import INPUTS_FILE, load_inputs, load_params
 from vllm_fork.ops.key import OpsKey, Touch, compute_key, patches_touching_inputs
 from vllm_fork.queue import apply as queue
 from vllm_fork.queue.apply import UPSTREAM_REF
+from vllm_fork.queue.treelock import locked
 from vllm_fork.upstream.pin import Pin, load_pin
 from vllm_fork.wheel import provenance
 from vllm_fork.wheel.buildenv import ensure_build_env
@@ -95,15 +98,20 @@ def seed_cache(root: Path = REPO_ROOT, tree: Path | None = None, log=log_info) -
     return entry, path, time.perf_counter() - start
 
 
-def _ensure_artifact(
+def ensure_artifact(
     key: OpsKey, upstream_key: OpsKey, root: Path, tree: Path, log
 ) -> tuple[opscache.Entry, Path] | None:
     """The verified artifact for the key; re-seeds the pinned release's own key when its file is missing."""
     try:
         found = opscache.get(key.key, root, log=log)
-    except ForkError:
+    except ConfigError:
+        raise  # a broken index.json or remote list: say so before touching the cache
+    except ForkError as exc:
         if key.key != upstream_key.key:
             raise
+        # The release's own artifact can always be made again from the official wheel;
+        # what the remotes did wrong is still worth a line.
+        log_warning(f"ops cache: the release's artifact could not be fetched ({exc}); seeding it instead")
         found = None
     if found is None and key.key == upstream_key.key:
         log(f"ops cache: no artifact for the release's key {key.short}; seeding it from the official wheel")
@@ -139,12 +147,28 @@ def build(
     out_dir: Path | None = None,
     log=log_info,
 ) -> BuildResult:
+    """Apply (unless told not to), then build the wheel and its provenance record into `out_dir`.
+
+    Holds build/vllm's lock throughout: a second build in this clone waits, and a
+    build killed half-way is recovered by the next one (see queue.treelock).
+    """
     if route not in ROUTES:
         raise ForkError(f"unknown route {route!r}; one of {', '.join(ROUTES)}")
+    out_dir = out_dir or root / "dist"
+    with locked(default_tree(root), "build"):
+        if out_dir.is_dir():
+            # Wheels and records a killed build left half-written; under the lock no other
+            # build of this clone writes there.
+            for pattern in (".*.part", ".*.tmp"):
+                remove_stale_temps(out_dir, pattern, age=0)
+        result = _build(root, route, apply, source, out_dir, log)
+    return result
+
+
+def _build(root: Path, route: str, apply: bool, source: str | None, out_dir: Path, log) -> BuildResult:
     timer = _Timer()
     pin: Pin = load_pin(root)
     tree = default_tree(root)
-    out_dir = out_dir or root / "dist"
     if apply:
         queue.apply(root=root, source=source)
     base, head = tree_commits(tree)
@@ -160,7 +184,7 @@ def build(
     tag = f"{params['python_abi']}-{params['platform_tag']}"
     requirements = git(tree, "show", f"{head}:requirements/build/cuda.txt").stdout
 
-    found = _ensure_artifact(key, upstream_key, root, tree, log)
+    found = ensure_artifact(key, upstream_key, root, tree, log)
     timer.lap("cache")
     reasons: list[str] = []
     nvcc = None
@@ -230,6 +254,55 @@ def build(
         )
         timer.lap("store")
 
+    try:
+        path, record = _write_provenance(
+            wheel,
+            version,
+            pin,
+            base,
+            head,
+            sid,
+            key,
+            upstream_key,
+            touches,
+            entry,
+            taken,
+            reasons,
+            cache,
+            env,
+            nvcc,
+            timer,
+            root,
+            tree,
+        )
+    except BaseException:
+        # A wheel in dist/ always has its record: one whose record cannot be written goes.
+        wheel.unlink(missing_ok=True)
+        raise
+    return BuildResult(wheel, path, record)
+
+
+def _write_provenance(
+    wheel,
+    version,
+    pin,
+    base,
+    head,
+    sid,
+    key,
+    upstream_key,
+    touches,
+    entry,
+    taken,
+    reasons,
+    cache,
+    env,
+    nvcc,
+    timer,
+    root,
+    tree,
+) -> tuple[Path, dict]:
+    """The wheel's provenance record, written beside it (last: a reader seeing it sees the wheel)."""
     record = {
         "schema": provenance.SCHEMA,
         "wheel": provenance.wheel_summary(wheel),
@@ -247,7 +320,7 @@ def build(
                 "files": sum(1 for line in key.manifest if not line.startswith(("param ", "table "))),
                 "manifest_sha256": hashlib.sha256("\n".join(key.manifest).encode()).hexdigest(),
             },
-            "params": params,
+            "params": key.params,
             "touched_by": [{"patch": t.index, "subject": t.subject, "paths": t.paths} for t in touches],
             "artifact": entry.to_json(),
         },
@@ -259,5 +332,4 @@ def build(
         "tools": provenance.tool_versions(env.tool_versions(), nvcc),
         "timings": timer.total(),
     }
-    path = provenance.write(wheel, record)
-    return BuildResult(wheel, path, record)
+    return provenance.write(wheel, record), record

@@ -55,7 +55,13 @@ class BuildEnv:
             "print(json.dumps(out))"
         )
 
-        proc = subprocess.run([str(self.python), "-c", script], capture_output=True, text=True)
+        try:
+            proc = subprocess.run([str(self.python), "-c", script], capture_output=True, text=True)
+        except OSError as exc:
+            raise BuildError(
+                f"the build env's python {self.python} cannot run ({exc.strerror}); delete {self.path} "
+                "and run the build again (it is made afresh)"
+            ) from None
         versions = json.loads(proc.stdout) if proc.returncode == 0 else {}
         if not self.real_torch and "torch" in versions:
             versions["torch"] += f" (stand-in, cuda {self.cuda})"
@@ -127,6 +133,11 @@ def env_id(requirements: list[str], torch_version: str, cuda: str, real_torch: b
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _usable(env: BuildEnv) -> bool:
+    """Finished, and its python still runs (a dangling venv link reads as missing)."""
+    return (env.path / ".complete").exists() and os.access(env.python, os.X_OK)
+
+
 def ensure_build_env(
     requirements_text: str,
     torch_version: str,
@@ -141,12 +152,19 @@ def ensure_build_env(
     root.mkdir(parents=True, exist_ok=True)
     final = root / ident
     env = BuildEnv(final, torch_version, cuda, real_torch)
-    if (final / ".complete").exists():
+    if _usable(env):
         return env
     with open(root / f".{ident}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second build waits for the first to finish
-        if (final / ".complete").exists():
+        if _usable(env):
             return env
+        if final.exists():
+            # Made once, then broken: its python is gone (the base interpreter was removed
+            # or upgraded, the venv's link dangles). Made afresh, as on first use.
+            log(f"the build env {final} is broken (no {env.python}); making it again")
+            broken = Path(tempfile.mkdtemp(dir=root, prefix=f".{ident}.broken."))
+            os.replace(final, broken / "env")
+            shutil.rmtree(broken, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{ident}."))
         try:
             log(f"making the build env {final} (once; later builds reuse it)")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from vllm_fork.core import log
-from vllm_fork.core.fs import b64_sha256, rename_into_place, sha256_fp, write_atomic
+from vllm_fork.core.fs import b64_sha256, remove_stale_temps, rename_into_place, sha256_fp, write_atomic
 from vllm_fork.core.git import git_env, out
 from vllm_fork.core.paths import cache_subdir
 
@@ -104,6 +104,7 @@ def _build(repo: Path, commit: str, subdir: str, tree_id: str) -> None:
     listing = out(repo, "ls-tree", "-r", f"{commit}:{subdir}")
     blobs = sorted({row.split()[2] for row in listing.splitlines() if row.split()[1] == "blob"})
     contents = read_blobs(repo, blobs)
+    remove_stale_temps(layer_dir())  # layers a killed build left half-written
     fd, tmp = tempfile.mkstemp(dir=layer_dir(), prefix=f".{tree_id}.", suffix=".part")
     os.close(fd)
     try:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import ForkError, IntegrityError
 from vllm_fork.core.fs import b64_sha256, sha256_file
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.ops import cache as opscache
@@ -35,21 +36,42 @@ def _metadata_body(text: str) -> str:
 
 
 def verify(wheel: Path, root: Path = REPO_ROOT) -> Report:
-    report = Report()
     if not wheel.is_file():
         raise ForkError(f"{wheel} does not exist; build it with `invoke build`")
+    path = provenance.provenance_path(wheel)
     try:
         record = provenance.read(wheel)
+        version, key, built_with = record["version"], record["ops"]["key"], record["ops"]["artifact"]["sha256"]
+        wheel_sha256 = record["wheel"]["sha256"]
     except FileNotFoundError:
-        raise ForkError(f"{provenance.provenance_path(wheel)} is missing: the wheel has no provenance record") from None
+        raise IntegrityError(
+            f"{path} is missing: the wheel has no provenance record; rebuild with `invoke build`"
+        ) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise IntegrityError(
+            f"{path} is not a whole provenance record ({type(exc).__name__}: {exc}); it was cut short or edited. "
+            "Rebuild the wheel with `invoke build` (it writes both again)."
+        ) from None
+    try:
+        return _verify(wheel, record, version, key, built_with, wheel_sha256, root)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise IntegrityError(
+            f"{wheel} is corrupt ({exc}): a member cannot be read back. Do not install it; "
+            "rebuild it with `invoke build`."
+        ) from None
+
+
+def _verify(
+    wheel: Path, record: dict, version: str, key: str, built_with: str, wheel_sha256: str, root: Path
+) -> Report:
+    report = Report()
 
     got = sha256_file(wheel)
-    if got != record["wheel"]["sha256"]:
-        report.bad(f"wheel sha256 is {got}, its provenance says {record['wheel']['sha256']}")
+    if got != wheel_sha256:
+        report.bad(f"wheel sha256 is {got}, its provenance says {wheel_sha256}")
     else:
         report.ok("wheel sha256 matches its provenance record")
 
-    version = record["version"]
     dist_info = f"vllm-{version}.dist-info"
     with zipfile.ZipFile(wheel) as zf:
         # Every member against the wheel's own RECORD (reads and hashes them all).
@@ -72,13 +94,12 @@ def verify(wheel: Path, root: Path = REPO_ROOT) -> Report:
             report.ok(f"all {len(hashes)} members match the wheel's RECORD")
 
         # Compiled members byte-identical to the verified artifact.
-        key = record["ops"]["key"]
         found = opscache.get(key, root)
         if found is None:
             report.bad(f"the ops index has no artifact for key {key[:16]}: cannot check compiled members")
         else:
             entry, artifact = found
-            if entry.sha256 != record["ops"]["artifact"]["sha256"]:
+            if entry.sha256 != built_with:
                 report.bad("the index's artifact for this key is not the one the wheel was built from")
             members = opscache.load_member_record(entry, artifact)
             differ = [n for n, (h, _size) in members.items() if hashes.get(n) != h]
@@ -118,9 +139,74 @@ def verify(wheel: Path, root: Path = REPO_ROOT) -> Report:
                 report.bad("METADATA differs from the official wheel's beyond the version")
             else:
                 report.ok("METADATA equals the official wheel's except the version")
+            _compare_unpatched(report, hashes, official, upstream_dist, dist_info, record, members_of(found))
             for name in ("entry_points.txt", "top_level.txt"):
                 if zf.read(f"{dist_info}/{name}") != official.read(f"{upstream_dist}/{name}") and not record.get(
                     "changes_requirements"
                 ):
                     report.bad(f"{name} differs from the official wheel's")
     return report
+
+
+def members_of(found) -> set[str]:
+    """The compiled members' names (checked against the artifact, not upstream's wheel)."""
+    if found is None:
+        return set()
+    entry, artifact = found
+    return set(opscache.load_member_record(entry, artifact))
+
+
+#: Members the fork's build writes differently from upstream's by design: the version.
+VERSIONED = ("vllm/_version.py",)
+
+
+def _compare_unpatched(
+    report: Report,
+    hashes: dict[str, str],
+    official: zipfile.ZipFile,
+    upstream_dist: str,
+    dist_info: str,
+    record: dict,
+    compiled: set[str],
+) -> None:
+    """Every member the series leaves alone must be upstream's byte for byte (the official wheel's RECORD).
+
+    The official wheel is sha256-checked against the pin, so its RECORD is trusted;
+    the fork wheel's own RECORD is not (whoever swapped a file could rewrite it).
+    """
+    patched = {item["path"] for item in record.get("patched_files", [])}
+    theirs = {
+        row[0]: row[1].removeprefix("sha256=")
+        for row in read_record(official, upstream_dist)
+        if len(row) > 1 and row[1] and not row[0].startswith(f"{upstream_dist}/")
+    }
+    differ, missing = [], []
+    for name, digest in theirs.items():
+        if name in patched or name in compiled or name in VERSIONED:
+            continue
+        if name not in hashes:
+            missing.append(name)
+        elif hashes[name] != digest:
+            differ.append(name)
+    extra = [
+        n
+        for n in hashes
+        if n not in theirs
+        and n not in patched
+        and n not in compiled
+        and n not in VERSIONED
+        and not n.startswith(f"{dist_info}/")
+    ]
+    if differ or missing or extra:
+        parts = []
+        if differ:
+            parts.append(f"{len(differ)} unpatched member(s) differ from upstream's: {differ[:5]}")
+        if missing:
+            parts.append(f"{len(missing)} of upstream's member(s) missing: {missing[:5]}")
+        if extra:
+            parts.append(f"{len(extra)} member(s) neither upstream's nor made by the series: {extra[:5]}")
+        report.bad("; ".join(parts) + " (compared with the official wheel's RECORD; do not install this wheel)")
+    else:
+        report.ok(
+            f"all {len(theirs) - len(patched & set(theirs))} unpatched members byte-identical to upstream's wheel"
+        )

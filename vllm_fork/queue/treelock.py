@@ -1,0 +1,172 @@
+"""One writer at a time in build/vllm, and recovery from a writer that died.
+
+`locked(tree, step)` takes an exclusive `flock` on `build/.vllm.lock` (beside the
+tree, so `git clean` never removes it; the kernel drops it when its holder dies,
+so it can never be stale). A second `invoke build` in the same clone waits for it.
+
+While held, it keeps a journal, `build/.vllm.step`, naming the step that runs
+(apply, build, rebase). The step removes it when it ends, normally or with an
+error the user must act on. A journal found on entry means the previous holder
+was killed (kill -9, power loss) in the middle of that step; the tree then holds
+only what the tool itself was doing, so recovery is safe and automatic:
+
+- git's own lock files (`.git/index.lock`, `HEAD.lock`, ref locks) are removed:
+  git never cleans up after a killed git, and no git of ours can be running;
+- a half-finished `git am` the tool started is dropped (`git am --quit` keeps
+  nothing; the next apply checks out upstream again and re-applies the series).
+
+Stale git locks are removed on entry even without a journal (a killed `git status`
+during a build leaves `index.lock` too): under our lock no git of the tool runs in
+the tree, so a lock there belongs to a dead process.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_fork.core import log
+from vllm_fork.core.fs import write_atomic
+from vllm_fork.core.git import git
+
+#: git's lock files under .git that a killed git leaves behind.
+GIT_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock")
+
+#: The process's held tree locks (path -> depth): `build` holds it and calls `apply`.
+_held: dict[Path, int] = {}
+
+
+def lock_path(tree: Path) -> Path:
+    return tree.parent / f".{tree.name}.lock"
+
+
+def journal_path(tree: Path) -> Path:
+    return tree.parent / f".{tree.name}.step"
+
+
+@dataclass(frozen=True)
+class Unfinished:
+    """What the journal says about a step that never finished."""
+
+    step: str
+    pid: int
+
+
+def interrupted_step(tree: Path) -> Unfinished | None:
+    """The step a killed process left unfinished in `tree`, if any (read under the lock)."""
+    path = journal_path(tree)
+    try:
+        data = json.loads(path.read_text())
+        return Unfinished(str(data["step"]), int(data["pid"]))
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError):
+        # A journal cut short by the kill still says: a step was interrupted.
+        return Unfinished("unknown", 0)
+
+
+def stale_git_locks(tree: Path) -> list[Path]:
+    gitdir = tree / ".git"
+    if not gitdir.is_dir():
+        return []
+    found = [gitdir / name for name in GIT_LOCKS if (gitdir / name).exists()]
+    refs = gitdir / "refs"
+    if refs.is_dir():
+        found += sorted(refs.rglob("*.lock"))
+    return found
+
+
+def remove_stale_git_locks(tree: Path) -> list[Path]:
+    """Delete git's lock files in `tree` (only call while holding `locked`)."""
+    removed = []
+    for path in stale_git_locks(tree):
+        path.unlink(missing_ok=True)
+        removed.append(path)
+    if removed:
+        names = ", ".join(str(p.relative_to(tree)) for p in removed)
+        log.warning(f"{tree}: removed git lock file(s) a killed process left: {names}")
+    return removed
+
+
+def drop_stopped_am(tree: Path) -> None:
+    """End a stopped `git am` whatever its state: `--abort` restores, `--quit` (if that fails) just forgets it."""
+    gitdir = tree / ".git"
+    if not (gitdir / "rebase-apply").exists():
+        return
+    if git(tree, "am", "--abort", check=False).returncode != 0:
+        # --abort refuses when a file it would reset was edited since; the caller
+        # checks the tree out again with --force, so forgetting the session is enough.
+        git(tree, "am", "--quit", check=False)
+    if (gitdir / "rebase-apply").exists():
+        # Still there (a session git no longer understands): remove it as --quit would.
+        shutil.rmtree(gitdir / "rebase-apply", ignore_errors=True)
+
+
+def recover(tree: Path) -> Unfinished | None:
+    """Undo what a killed step left in `tree`; return what the journal said (None: nothing was interrupted)."""
+    remove_stale_git_locks(tree)
+    step = interrupted_step(tree)
+    if step is None:
+        return None
+    log.warning(
+        f"{tree}: the previous `{step.step}` (pid {step.pid}) was interrupted; "
+        "recovering: its half-applied queue is dropped and the step runs again"
+    )
+    if (tree / ".git").is_dir():
+        drop_stopped_am(tree)
+    return step
+
+
+@contextmanager
+def locked(tree: Path, step: str) -> Iterator[Unfinished | None]:
+    """Hold build/vllm's lock for `step`, recovering first from a killed holder.
+
+    Yields what an interrupted previous step left (None when the last step ended
+    normally). Re-entrant in one process: the outer holder's journal stays.
+    """
+    tree = Path(tree).resolve()
+    if tree in _held:
+        # The outer step (a build) runs this one (its apply): the journal names the inner
+        # step while it runs, so a kill in it is recovered as that step.
+        outer = interrupted_step(tree)
+        _held[tree] += 1
+        write_atomic(journal_path(tree), json.dumps({"step": step, "pid": os.getpid()}).encode())
+        try:
+            yield None
+        finally:
+            _held[tree] -= 1
+            if outer is not None:
+                write_atomic(journal_path(tree), json.dumps({"step": outer.step, "pid": outer.pid}).encode())
+        return
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path(tree), "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info(f"waiting for another invoke task that holds {lock_path(tree)} ...")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        _held[tree] = 1
+        try:
+            previous = recover(tree)
+            write_atomic(journal_path(tree), json.dumps({"step": step, "pid": os.getpid()}).encode())
+            yield previous
+            journal_path(tree).unlink(missing_ok=True)
+        except BaseException as exc:
+            # An error the user acts on (a conflict, a refusal) ends the step: the tree
+            # is as the message says. Only a kill, which runs no code, leaves the journal.
+            # Ctrl-C is cut short like a kill, so it keeps it too and the next run recovers.
+            if not isinstance(exc, KeyboardInterrupt):
+                journal_path(tree).unlink(missing_ok=True)
+            raise
+        finally:
+            del _held[tree]
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+__all__ = ["locked", "recover", "interrupted_step", "remove_stale_git_locks", "drop_stopped_am", "lock_path"]
