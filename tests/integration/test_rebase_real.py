@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from vllm_fork.core.git import git
+from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.queue import apply as queue
 from vllm_fork.queue import check as check_mod
 from vllm_fork.queue.series import read_series
@@ -28,7 +29,7 @@ from vllm_fork.upstream.pin import load_pin
 from vllm_fork.upstream.pkgindex import list_files
 from vllm_fork.upstream.sources import ensure_upstream
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 pytestmark = pytest.mark.slow
 
 
