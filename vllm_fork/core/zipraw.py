@@ -7,6 +7,7 @@ as they are, with the CRC and sizes of the source's central directory.
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import zipfile
@@ -25,6 +26,8 @@ def copy_raw(src: BinaryIO, infos: Iterable[zipfile.ZipInfo], dst: zipfile.ZipFi
     """
     copied = 0
     out = dst.fp
+    if out is None:
+        raise ValueError("copy_raw: the destination zip is closed")
     out.seek(dst.start_dir)
     for info in infos:
         src.seek(info.header_offset)
@@ -62,11 +65,11 @@ def copy_raw(src: BinaryIO, infos: Iterable[zipfile.ZipInfo], dst: zipfile.ZipFi
         dst.filelist.append(new)
         dst.NameToInfo[new.filename] = new
     dst.start_dir = out.tell()
-    dst._didModify = True
+    dst._didModify = True  # type: ignore[attr-defined]  # so close() writes the central directory
     return copied
 
 
-def copy_all_raw(src_path, dst: zipfile.ZipFile, names: Iterable[str] | None = None) -> int:
+def copy_all_raw(src_path: str | os.PathLike[str], dst: zipfile.ZipFile, names: Iterable[str] | None = None) -> int:
     """Raw-copy the named members (all when None) of the zip at `src_path` into `dst`."""
     with zipfile.ZipFile(src_path) as src_zip, open(src_path, "rb") as src:
         infos = src_zip.infolist()
@@ -76,6 +79,6 @@ def copy_all_raw(src_path, dst: zipfile.ZipFile, names: Iterable[str] | None = N
         return copy_raw(src, infos, dst)
 
 
-def copy_file(src, dst) -> None:
+def copy_file(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     with open(src, "rb") as a, open(dst, "wb") as b:
         shutil.copyfileobj(a, b, 1 << 20)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import dirty_paths, git, operation_in_progress, rev
+from vllm_fork.core.log import LogFn
 from vllm_fork.core.log import info as log_info
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.ops import cache as opscache
@@ -73,10 +74,15 @@ def tree_commits(tree: Path) -> tuple[str, str]:
             f"{tree} has uncommitted changes ({', '.join(dirty[:5])}{'...' if len(dirty) > 5 else ''}); "
             "the wheel is built from commits: commit them (and `invoke export`), or `invoke apply --force`"
         )
-    return base, rev(tree, "HEAD")
+    head = rev(tree, "HEAD")
+    if head is None:
+        raise ForkError(f"{tree} has no HEAD commit: make it with `invoke apply`")
+    return base, head
 
 
-def seed_cache(root: Path = REPO_ROOT, tree: Path | None = None, log=log_info) -> tuple[opscache.Entry, Path, float]:
+def seed_cache(
+    root: Path = REPO_ROOT, tree: Path | None = None, log: LogFn = log_info
+) -> tuple[opscache.Entry, Path, float]:
     """Store the pinned release's compiled members (from the official wheel) under upstream's key."""
     pin = load_pin(root)
     tree = tree or default_tree(root)
@@ -96,7 +102,7 @@ def seed_cache(root: Path = REPO_ROOT, tree: Path | None = None, log=log_info) -
 
 
 def _ensure_artifact(
-    key: OpsKey, upstream_key: OpsKey, root: Path, tree: Path, log
+    key: OpsKey, upstream_key: OpsKey, root: Path, tree: Path, log: LogFn
 ) -> tuple[opscache.Entry, Path] | None:
     """The verified artifact for the key; re-seeds the pinned release's own key when its file is missing."""
     try:
@@ -137,7 +143,7 @@ def build(
     apply: bool = True,
     source: str | None = None,
     out_dir: Path | None = None,
-    log=log_info,
+    log: LogFn = log_info,
 ) -> BuildResult:
     if route not in ROUTES:
         raise ForkError(f"unknown route {route!r}; one of {', '.join(ROUTES)}")
@@ -174,10 +180,9 @@ def build(
         env = ensure_build_env(requirements, params["torch"], params["cuda"], log=log)
         if taken == "fast":
             meta = wheel_metadata(tree, head, version, env, params)
-            record = opscache.load_member_record(entry, artifact)
+            members = opscache.load_member_record(entry, artifact)
             timer.lap("metadata")
-            result = build_fast(tree, base, head, version, tag, artifact, record, meta, out_dir)
-            wheel = result.path
+            wheel = build_fast(tree, base, head, version, tag, artifact, members, meta, out_dir).path
         else:
             if reasons:
                 log(
@@ -185,7 +190,7 @@ def build(
                     "series changes what the fast route does not handle:\n" + "\n".join(f"  - {r}" for r in reasons)
                 )
             tracked = len(git(tree, "ls-tree", "-r", "--name-only", head, "--", "vllm").stdout.splitlines())
-            result = build_precompiled(
+            setup = build_precompiled(
                 tree,
                 head,
                 version,
@@ -199,8 +204,8 @@ def build(
                 expected_members=tracked + entry.members + 5,
                 member_sizes={n: size for n, (_h, size) in opscache.load_member_record(entry, artifact).items()},
             )
-            wheel = result.path
-            with_names = set(result.extracted)
+            wheel = setup.path
+            with_names = set(setup.extracted)
             with zipfile.ZipFile(artifact) as zf:
                 stored = set(zf.namelist())
             if with_names != stored:
@@ -218,8 +223,7 @@ def build(
         taken = "compile"
         nvcc = nvcc_version(toolkit)
         env = ensure_build_env(requirements, params["torch"], params["cuda"], real_torch=True, log=log)
-        result = build_compiled(tree, head, version, params, toolkit, env, out_dir, root / "build", log=log)
-        wheel = result.path
+        wheel = build_compiled(tree, head, version, params, toolkit, env, out_dir, root / "build", log=log).path
         timer.lap("wheel")
         seeded = seed.make_artifact(wheel, opscache.ops_dir(), log=log)
         entry, artifact = opscache.put(

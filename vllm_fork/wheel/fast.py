@@ -116,8 +116,8 @@ def build_fast(
                         writer.add_bytes(name, src[1])
                     elif src[1] in layer:
                         info = layer[src[1]]
-                        digest, size = info.comment.decode().split(",")
-                        writer.add_raw(layer_fp, info, name, digest, int(size))
+                        layer_digest, layer_size = info.comment.decode().split(",")
+                        writer.add_raw(layer_fp, info, name, layer_digest, int(layer_size))
                     else:
                         writer.add_bytes(name, fresh_data[src[1]], mode=src[2] & 0o777 | 0o100000)
             writer.close()
