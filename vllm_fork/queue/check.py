@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
-from vllm_fork.core.git import git, operation_in_progress, out
+from vllm_fork.core.git import am, am_abort, operation_in_progress, out
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.core.paths import patches_dir as default_patches_dir
 from vllm_fork.queue.apply import conflicts_at, prepare_tree
@@ -65,7 +65,7 @@ def apply_problems(tree: Path, patches: list[Path]) -> list[Problem]:
     """Apply each patch strictly (no 3-way); skip past failures to test the rest."""
     problems = []
     for i, patch in enumerate(patches, 1):
-        proc = git(tree, "am", "--quiet", "--no-3way", "--keep-cr", "--keep-non-patch", str(patch), check=False)
+        proc = am(tree, [patch])
         if proc.returncode == 0:
             continue
         conflicts = conflicts_at(tree, out(tree, "rev-parse", "HEAD"), patch)
@@ -77,7 +77,7 @@ def apply_problems(tree: Path, patches: list[Path]) -> list[Problem]:
             Problem(Kind.APPLY, patch.name, f"{patch.name} ({i} of {len(patches)}) does not apply cleanly: {where}")
         )
         if operation_in_progress(tree):
-            git(tree, "am", "--abort", check=False)
+            am_abort(tree, check=False)
     return problems
 
 
