@@ -7,6 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.core.paths import default_tree, patches_dir
 from vllm_fork.upstream.pin import Artifact, Pin, save_pin
 
 TAG = "v1.0.0"
@@ -87,11 +88,11 @@ class ForkRepo:
 
     @property
     def tree(self) -> Path:
-        return self.root / "build" / "vllm"
+        return default_tree(self.root)
 
     @property
     def patches(self) -> Path:
-        return self.root / "patches"
+        return patches_dir(self.root)
 
     def commit_in_tree(self, path: str, old: str, new: str, subject: str, body: str) -> None:
         """Edit a file of the patched tree and commit it, as a developer would."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from support.forkrepo import ZERO, sh, write_files
-from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.core.paths import REPO_ROOT, default_tree, patches_dir
 from vllm_fork.queue import apply as queue
 from vllm_fork.queue.export import export as export_queue
 from vllm_fork.upstream.pin import Artifact, Pin, save_pin
@@ -40,11 +40,11 @@ class World:
 
     @property
     def tree(self) -> Path:
-        return self.root / "build" / "vllm"
+        return default_tree(self.root)
 
     @property
     def patches(self) -> Path:
-        return self.root / "patches"
+        return patches_dir(self.root)
 
     def release(self, version: str, files: dict[str, str]) -> str:
         """Commit `files` on the remote and tag it v<version>; return the commit."""

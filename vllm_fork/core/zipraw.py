@@ -18,6 +18,28 @@ _LOCAL_HEADER = struct.Struct("<4s5H3L2H")
 _DATA_DESCRIPTOR = 0x08
 
 
+#: What describes a member's stored bytes: copied, the member stays as it was.
+STORED_FIELDS = (
+    "compress_type",
+    "create_system",
+    "create_version",
+    "extract_version",
+    "internal_attr",
+    "external_attr",
+    "CRC",
+    "compress_size",
+    "file_size",
+)
+
+
+def copy_info(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
+    """A new entry `name` with `info`'s date and stored-bytes fields (not its flags or offset)."""
+    new = zipfile.ZipInfo(name, info.date_time)
+    for attr in STORED_FIELDS:
+        setattr(new, attr, getattr(info, attr))
+    return new
+
+
 def copy_raw(src: BinaryIO, infos: Iterable[zipfile.ZipInfo], dst: zipfile.ZipFile) -> int:
     """Append `infos` (entries of the zip open as `src`) to `dst`, bytes unchanged.
 
@@ -37,19 +59,7 @@ def copy_raw(src: BinaryIO, infos: Iterable[zipfile.ZipInfo], dst: zipfile.ZipFi
         name_len, extra_len = fields[-2], fields[-1]
         src.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
 
-        new = zipfile.ZipInfo(info.filename, info.date_time)
-        for attr in (
-            "compress_type",
-            "create_system",
-            "create_version",
-            "extract_version",
-            "internal_attr",
-            "external_attr",
-            "CRC",
-            "compress_size",
-            "file_size",
-        ):
-            setattr(new, attr, getattr(info, attr))
+        new = copy_info(info, info.filename)
         # Sizes and CRC go in the local header, so no data descriptor follows the data.
         new.flag_bits = info.flag_bits & ~_DATA_DESCRIPTOR
         new.header_offset = out.tell()
