@@ -9,8 +9,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from support.forkrepo import ZERO, sh, write_files
-from vllm_fork.core.paths import REPO_ROOT, default_tree, patches_dir
+from support.forkrepo import ZERO, ForkPaths, sh, write_files
+from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.queue import apply as queue
 from vllm_fork.queue.export import export as export_queue
 from vllm_fork.upstream.pin import Artifact, Pin, save_pin
@@ -32,19 +32,11 @@ BASE_FILES = {
 
 
 @dataclass
-class World:
+class World(ForkPaths):
     """An upstream remote (tags v1.0.0, later v1.1.0 ...) and a fork checkout pinned on v1.0.0."""
 
     remote: Path
     root: Path
-
-    @property
-    def tree(self) -> Path:
-        return default_tree(self.root)
-
-    @property
-    def patches(self) -> Path:
-        return patches_dir(self.root)
 
     def release(self, version: str, files: dict[str, str]) -> str:
         """Commit `files` on the remote and tag it v<version>; return the commit."""
