@@ -16,7 +16,7 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import am as git_am
-from vllm_fork.core.git import am_abort, am_continue, dirty_paths, git, operation_in_progress, out, rev
+from vllm_fork.core.git import dirty_paths, git, operation_in_progress, out, rev
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.core.paths import patches_dir as default_patches_dir
 from vllm_fork.queue.patchfile import hunk_patch, parse_patch
@@ -129,7 +129,7 @@ def prepare_tree(tree: Path, upstream: Upstream, tag: str, force: bool = False, 
         tree.mkdir(parents=True, exist_ok=True)
         git(tree, "init", "-q")
     elif operation_in_progress(tree):
-        am_abort(tree, check=False)
+        git(tree, "am", "--abort", check=False)
         git(tree, "rebase", "--abort", check=False)
     if borrow_objects:
         alternates = _gitdir(tree) / "objects" / "info" / "alternates"
@@ -226,7 +226,7 @@ def continue_am(tree: Path) -> str:
     """After the user resolved and staged a stopped patch: apply the rest."""
     if operation_in_progress(tree) != "am":
         raise ForkError(f"no stopped `git am` in {tree}: nothing to continue")
-    proc = am_continue(tree)
+    proc = git(tree, "am", "--continue", check=False)
     if proc.returncode != 0:
         raise ForkError(
             f"`git am --continue` in {tree} stopped again:\n{(proc.stdout + proc.stderr).strip()}\n"
@@ -240,5 +240,5 @@ def abort(tree: Path | None = None, root: Path = REPO_ROOT) -> None:
     tree = tree or default_tree(root)
     if not (tree / ".git").exists() or operation_in_progress(tree) != "am":
         raise ForkError(f"no stopped `git am` in {tree}: nothing to abort")
-    am_abort(tree)
+    git(tree, "am", "--abort")
     mark_applied(tree)

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
-from vllm_fork.core.git import am_abort, am_continue, git, operation_in_progress, out, rev
+from vllm_fork.core.git import git, operation_in_progress, out, rev
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.queue.apply import APPLIED_MARK, UPSTREAM_REF, ensure_clean, prepare_tree
 from vllm_fork.queue.patchfile import parse_patch
@@ -85,7 +85,7 @@ def _restore_tree(tree: Path, orig: dict) -> None:
         shutil.rmtree(tree, ignore_errors=True)
         return
     if operation_in_progress(tree):
-        am_abort(tree, check=False)
+        git(tree, "am", "--abort", check=False)
     head, branch = orig["head"], orig["branch"]
     if head and branch:
         git(tree, "checkout", "--quiet", "--force", "-B", branch, head)
@@ -224,7 +224,7 @@ def continue_(root: Path = REPO_ROOT) -> Outcome:
                 + "\n".join(f"  {p}" for p in unmerged.splitlines())
                 + "\nEdit them, `git add` them, then run `invoke rebase --continue` again."
             )
-        proc = am_continue(tree)
+        proc = git(tree, "am", "--continue", check=False)
         if proc.returncode != 0:
             raise ForkError(
                 f"`git am --continue` in {tree} failed:\n{(proc.stdout + proc.stderr).strip()}\n"
