@@ -110,14 +110,14 @@ def build_fast(
                 for name in sorted(sources, key=lambda n: walk_key(n, dist_info)):
                     src = sources[name]
                     if src[0] == "artifact":
-                        digest, size = artifact_record[name]
-                        writer.add_raw(art_fp, art_infos[name], name, digest, size)
+                        art_digest, art_size = artifact_record[name]
+                        writer.add_raw(art_fp, art_infos[name], name, art_digest, art_size)
                     elif src[0] == "bytes":
                         writer.add_bytes(name, src[1])
                     elif src[1] in layer:
                         info = layer[src[1]]
-                        layer_digest, layer_size = info.comment.decode().split(",")
-                        writer.add_raw(layer_fp, info, name, layer_digest, int(layer_size))
+                        digest, size = info.comment.decode().split(",")
+                        writer.add_raw(layer_fp, info, name, digest, int(size))
                     else:
                         writer.add_bytes(name, fresh_data[src[1]], mode=src[2] & 0o777 | 0o100000)
             writer.close()
