@@ -1,4 +1,9 @@
-"""Shared fixtures: isolated caches and small real git repositories built per test."""
+"""Shared fixtures (isolated caches, small real git repositories built per test) and the kinds of test.
+
+Each folder is a kind, and its tests carry that kind's marker (`-m unit`, `-m integration`, ...):
+unit (small git repos, fast), integration (the real vLLM release, slow), patches (the vLLM
+changes on the CPU), gpu (CUDA; skipped without it). Helpers live in `support/`.
+"""
 
 from __future__ import annotations
 
@@ -36,7 +41,15 @@ def real_cache() -> Path:
     return cache_dir()
 
 
+TESTS = Path(__file__).resolve().parent
+KINDS = ("unit", "integration", "patches", "gpu")
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        kind = item.path.relative_to(TESTS).parts[0]
+        if kind in KINDS:
+            item.add_marker(kind)
     # GPU tests need CUDA; they run on the H200 machine, never here or in CI.
     try:
         import torch

@@ -5,7 +5,7 @@ weights. Each entry builds the children that the model class creates inside
 `_mark_tower_model` (the same classes, prefixes and `quant_config=None`) from a
 transformers (or vLLM) config, at one of two sizes:
 
-- ``"tiny"``: a few small layers, for the CPU (tests/vllm/test_tower_matrix_cpu.py);
+- ``"tiny"``: a few small layers, for the CPU (tests/patches/test_tower_matrix_cpu.py);
 - ``"full"``: the released model's tower dimensions, for the GPU
   (tests/gpu/test_tower_matrix.py, benchmarks/tower_matrix.py).
 

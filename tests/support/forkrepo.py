@@ -7,6 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.core.paths import default_tree, patches_dir
 from vllm_fork.upstream.pin import Artifact, Pin, save_pin
 
 TAG = "v1.0.0"
@@ -61,8 +62,22 @@ def make_upstream_repo(path: Path, files: dict[str, str] | None = None) -> Path:
     return path
 
 
+class ForkPaths:
+    """Where a fork checkout at `root` keeps its patched tree and its queue (as the tool says)."""
+
+    root: Path
+
+    @property
+    def tree(self) -> Path:
+        return default_tree(self.root)
+
+    @property
+    def patches(self) -> Path:
+        return patches_dir(self.root)
+
+
 @dataclass
-class ForkRepo:
+class ForkRepo(ForkPaths):
     root: Path
     remote: Path
 
@@ -84,14 +99,6 @@ class ForkRepo:
             root,
         )
         return cls(root, remote)
-
-    @property
-    def tree(self) -> Path:
-        return self.root / "build" / "vllm"
-
-    @property
-    def patches(self) -> Path:
-        return self.root / "patches"
 
     def commit_in_tree(self, path: str, old: str, new: str, subject: str, body: str) -> None:
         """Edit a file of the patched tree and commit it, as a developer would."""

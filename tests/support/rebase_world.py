@@ -9,7 +9,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from support.forkrepo import ZERO, sh, write_files
+from support.forkrepo import ZERO, ForkPaths, sh, write_files
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.queue import apply as queue
 from vllm_fork.queue.export import export as export_queue
@@ -32,19 +32,11 @@ BASE_FILES = {
 
 
 @dataclass
-class World:
+class World(ForkPaths):
     """An upstream remote (tags v1.0.0, later v1.1.0 ...) and a fork checkout pinned on v1.0.0."""
 
     remote: Path
     root: Path
-
-    @property
-    def tree(self) -> Path:
-        return self.root / "build" / "vllm"
-
-    @property
-    def patches(self) -> Path:
-        return self.root / "patches"
 
     def release(self, version: str, files: dict[str, str]) -> str:
         """Commit `files` on the remote and tag it v<version>; return the commit."""

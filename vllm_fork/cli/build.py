@@ -55,7 +55,7 @@ def verify(c, wheel):
     print("verify: ok")
 
 
-def explain_key(root=None) -> str:
+def explain_key(root: Path | None = None) -> str:
     root = root or REPO_ROOT
     tree = default_tree(root)
     base, head = tree_commits(tree)
@@ -65,7 +65,7 @@ def explain_key(root=None) -> str:
     upstream = compute_key(tree, base, root, key.params)
     touches = patches_touching_inputs(tree, base, head, root)
     names = [p["name"] for p in series_id(root).patches]
-    counts = {}
+    counts: dict[str, int] = {}
     for line in key.manifest:
         if line.startswith(("param ", "table ")):
             continue
@@ -88,8 +88,8 @@ def explain_key(root=None) -> str:
             out.append(f"  {names[t.index - 1] if t.index <= len(names) else t.subject}: {', '.join(t.paths[:8])}")
     else:
         out.append("no patch touches compiled inputs")
-    entry = lookup(key.key, root)
-    out.append(f"ops cache: {'has an artifact (' + entry.file + ')' if entry else 'no artifact for this key'}")
+    stored = lookup(key.key, root)
+    out.append(f"ops cache: {'has an artifact (' + stored.file + ')' if stored else 'no artifact for this key'}")
     return "\n".join(out)
 
 

@@ -95,7 +95,7 @@ def docker(
             img.run_command([engine.client, *cmd[1:]], engine.environ())
 
 
-def _rest(tags, push, platform) -> str:
+def _rest(tags: list[str] | None, push: bool, platform: str | None) -> str:
     flags = "".join(f" --tag {t}" for t in tags or [])
     flags += " --push" if push else ""
     flags += f" --platform {platform}" if platform else ""

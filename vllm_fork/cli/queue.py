@@ -64,7 +64,7 @@ def check(c, source=None):
     if problems:
         print(f"check: {len(problems)} problem(s)", file=sys.stderr)
         for problem in problems:
-            print(f"  - {problem}", file=sys.stderr)
+            print(f"  - {problem.message}", file=sys.stderr)
         raise Exit(code=1)
     print("check: ok")
 

@@ -1,8 +1,14 @@
-"""Running git with an environment that makes results identical on every machine.
+"""The git layer: `git` with an environment that makes results identical on every machine,
+and the named operations the queue uses, each flag explained once (after Electron's
+script/lib/git.py).
 
 User and system git config are ignored (a user's `format.signature`,
 `diff.renames` or `am.threeWay` must not change a patch or a commit id), and
 commits made by the tooling carry a fixed committer and date.
+
+Plain subprocesses, not GitPython: `import git` adds about 145 ms to every command, more
+than its in-Python ref reads save on apply, export or check
+(benchmarks/results/git_layer.json).
 """
 
 from __future__ import annotations
@@ -77,6 +83,8 @@ def out(repo: Path | str | None, *args: str) -> str:
 
 
 def rev(repo: Path | str, ref: str) -> str | None:
+    """The commit `ref` names, or None when there is none."""
+    # --verify: exactly one object or fail; --quiet: failing says nothing; ^{commit}: a tag peels to its commit.
     proc = git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
     return proc.stdout.strip() or None
 
@@ -87,6 +95,7 @@ def is_repo(path: Path) -> bool:
 
 def dirty_paths(tree: Path) -> list[str]:
     """Uncommitted changes in a work tree, untracked files included."""
+    # --porcelain: the stable "XY path" format; --untracked-files=normal: new files count, listed by folder.
     status = git(tree, "status", "--porcelain", "--untracked-files=normal").stdout
     return [line[3:] for line in status.splitlines() if line.strip()]
 
@@ -99,3 +108,70 @@ def operation_in_progress(tree: Path) -> str | None:
     if (gitdir / "rebase-apply").exists() or (gitdir / "rebase-merge").exists():
         return "rebase"
     return None
+
+
+#: `git format-patch` flags that keep exported patches free of churn (after Electron).
+FORMAT_PATCH_FLAGS = (
+    "--zero-commit",  # From 0000...: no commit id, which changes on every apply
+    "--no-signature",  # no "-- \n<git version>" trailer, which changes with git
+    "--no-stat",  # no diffstat: it only restates the diff
+    "--no-numbered",  # [PATCH], never [PATCH n/m]: inserting a patch renames no other
+    "--full-index",  # full blob ids, so `git am --3way` can always find the preimage
+    "--no-encode-email-headers",  # UTF-8 subjects stay readable in the file
+    "--find-renames",  # a moved file is a rename, not a delete and an add
+    "--subject-prefix=PATCH",  # whatever format.subjectPrefix says elsewhere
+    "--filename-max-length=100",  # the same file names on every git version
+)
+
+
+def am(repo: Path, patches: list[Path], three_way: bool = False) -> subprocess.CompletedProcess:
+    """Apply mail-format patches onto HEAD as commits; the caller reads a failure from the result."""
+    return git(
+        repo,
+        "am",
+        "--quiet",
+        # --3way: fall back to a merge with the preimage blobs the patch names (a rebase);
+        # --no-3way: apply exactly or stop (apply, check).
+        "--3way" if three_way else "--no-3way",
+        "--keep-cr",  # keep CRs at line ends: patches to CRLF files apply as written
+        "--keep-non-patch",  # strip only "[PATCH]" from subjects, keep "[Engine] ..."
+        *map(str, patches),
+        check=False,
+    )
+
+
+def am_continue(repo: Path) -> subprocess.CompletedProcess:
+    """Commit the resolved, staged patch and apply the rest; the caller reads a failure."""
+    return git(repo, "am", "--continue", check=False)
+
+
+def am_skip(repo: Path) -> None:
+    """Drop the stopped patch (it has nothing left to commit) and apply the rest."""
+    git(repo, "am", "--skip")
+
+
+def am_abort(repo: Path, check: bool = True) -> None:
+    """Give up a stopped `git am`: HEAD and the work tree go back to where it started."""
+    git(repo, "am", "--abort", check=check)
+
+
+def format_patch(repo: Path, revisions: str, dest: Path) -> list[str]:
+    """Write each commit of `revisions` into `dest` as a patch file; their names, in order."""
+    proc = git(repo, "format-patch", *FORMAT_PATCH_FLAGS, "-o", str(dest), revisions)
+    return [Path(line).name for line in proc.stdout.splitlines() if line.strip()]
+
+
+def fast_import(repo: Path, stream: bytes) -> None:
+    """Load a `git fast-import` stream (objects, commits and refs) into `repo`."""
+    git(
+        repo,
+        # A local cache: light compression and no delta search import twice as fast;
+        # object ids (and so commit ids) do not depend on how objects are packed.
+        "-c",
+        "pack.compression=1",
+        "fast-import",
+        "--quiet",
+        "--depth=0",
+        input=stream,
+        text=False,
+    )

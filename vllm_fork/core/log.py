@@ -11,12 +11,17 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 LEVELS = {"quiet": QUIET, "normal": NORMAL, "verbose": VERBOSE}
 LEVEL_ENV = "VLLM_FORK_LOG"
 
 _level: int | None = None
+
+
+#: Where a step's messages go: `info`, `detail` or a caller's own function.
+LogFn = Callable[[str], None]
 
 
 def level() -> int:
@@ -67,7 +72,7 @@ class Progress:
     at each `step` units instead.
     """
 
-    def __init__(self, label: str, total: int | None = None, log=info, unit: str = "", scale: int = 1) -> None:
+    def __init__(self, label: str, total: int | None = None, log: LogFn = info, unit: str = "", scale: int = 1) -> None:
         self.label, self.total, self.log = label, total, log
         self.unit, self.scale = unit, scale  # e.g. "MiB", 1 << 20: shown as done // scale
         self.done = 0

@@ -7,6 +7,7 @@ as they are, with the CRC and sizes of the source's central directory.
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import zipfile
@@ -17,6 +18,28 @@ _LOCAL_HEADER = struct.Struct("<4s5H3L2H")
 _DATA_DESCRIPTOR = 0x08
 
 
+#: What describes a member's stored bytes: copied, the member stays as it was.
+STORED_FIELDS = (
+    "compress_type",
+    "create_system",
+    "create_version",
+    "extract_version",
+    "internal_attr",
+    "external_attr",
+    "CRC",
+    "compress_size",
+    "file_size",
+)
+
+
+def copy_info(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
+    """A new entry `name` with `info`'s date and stored-bytes fields (not its flags or offset)."""
+    new = zipfile.ZipInfo(name, info.date_time)
+    for attr in STORED_FIELDS:
+        setattr(new, attr, getattr(info, attr))
+    return new
+
+
 def copy_raw(src: BinaryIO, infos: Iterable[zipfile.ZipInfo], dst: zipfile.ZipFile) -> int:
     """Append `infos` (entries of the zip open as `src`) to `dst`, bytes unchanged.
 
@@ -25,6 +48,8 @@ def copy_raw(src: BinaryIO, infos: Iterable[zipfile.ZipInfo], dst: zipfile.ZipFi
     """
     copied = 0
     out = dst.fp
+    if out is None:
+        raise ValueError("copy_raw: the destination zip is closed")
     out.seek(dst.start_dir)
     for info in infos:
         src.seek(info.header_offset)
@@ -34,19 +59,7 @@ def copy_raw(src: BinaryIO, infos: Iterable[zipfile.ZipInfo], dst: zipfile.ZipFi
         name_len, extra_len = fields[-2], fields[-1]
         src.seek(info.header_offset + _LOCAL_HEADER.size + name_len + extra_len)
 
-        new = zipfile.ZipInfo(info.filename, info.date_time)
-        for attr in (
-            "compress_type",
-            "create_system",
-            "create_version",
-            "extract_version",
-            "internal_attr",
-            "external_attr",
-            "CRC",
-            "compress_size",
-            "file_size",
-        ):
-            setattr(new, attr, getattr(info, attr))
+        new = copy_info(info, info.filename)
         # Sizes and CRC go in the local header, so no data descriptor follows the data.
         new.flag_bits = info.flag_bits & ~_DATA_DESCRIPTOR
         new.header_offset = out.tell()
@@ -62,11 +75,11 @@ def copy_raw(src: BinaryIO, infos: Iterable[zipfile.ZipInfo], dst: zipfile.ZipFi
         dst.filelist.append(new)
         dst.NameToInfo[new.filename] = new
     dst.start_dir = out.tell()
-    dst._didModify = True
+    dst._didModify = True  # type: ignore[attr-defined]  # so close() writes the central directory
     return copied
 
 
-def copy_all_raw(src_path, dst: zipfile.ZipFile, names: Iterable[str] | None = None) -> int:
+def copy_all_raw(src_path: str | os.PathLike[str], dst: zipfile.ZipFile, names: Iterable[str] | None = None) -> int:
     """Raw-copy the named members (all when None) of the zip at `src_path` into `dst`."""
     with zipfile.ZipFile(src_path) as src_zip, open(src_path, "rb") as src:
         infos = src_zip.infolist()
@@ -76,6 +89,6 @@ def copy_all_raw(src_path, dst: zipfile.ZipFile, names: Iterable[str] | None = N
         return copy_raw(src, infos, dst)
 
 
-def copy_file(src, dst) -> None:
+def copy_file(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     with open(src, "rb") as a, open(dst, "wb") as b:
         shutil.copyfileobj(a, b, 1 << 20)

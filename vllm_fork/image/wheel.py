@@ -11,6 +11,7 @@ import tempfile
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import link_or_copy
@@ -32,25 +33,31 @@ class ForkWheel:
     path: Path
     record: dict
 
+    def _tags(self) -> re.Match[str]:
+        match = _WHEEL_RE.match(self.path.name)
+        if match is None:
+            raise ForkError(f"{self.path.name}: not a wheel file name (name-version-python-abi-platform.whl)")
+        return match
+
     @property
     def record_path(self) -> Path:
         return provenance_path(self.path)
 
     @property
     def version(self) -> str:
-        return _WHEEL_RE.match(self.path.name)["version"]
+        return self._tags()["version"]
 
     @property
     def platform(self) -> str:
         """The Docker platform the wheel runs on, from its platform tag."""
-        tag = _WHEEL_RE.match(self.path.name)["platform"]
+        tag = self._tags()["platform"]
         for arch, platform in PLATFORMS.items():
             if tag.endswith(arch):
                 return platform
         raise ForkError(f"{self.path.name}: no Linux platform for wheel platform tag {tag!r}")
 
 
-def _required(record: dict, dotted: str, where: Path):
+def _required(record: dict, dotted: str, where: Path) -> Any:
     value = record
     for key in dotted.split("."):
         if not isinstance(value, dict) or key not in value:

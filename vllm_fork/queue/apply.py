@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.git import am as git_am
 from vllm_fork.core.git import dirty_paths, git, operation_in_progress, out, rev
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.core.paths import patches_dir as default_patches_dir
@@ -176,8 +177,7 @@ def am(tree: Path, patches: list[Path], three_way: bool = False) -> PatchFailure
     """`git am` the patches onto HEAD; on failure stop there and describe it."""
     if not patches:
         return None
-    mode = "--3way" if three_way else "--no-3way"
-    proc = git(tree, "am", "--quiet", mode, "--keep-cr", "--keep-non-patch", *map(str, patches), check=False)
+    proc = git_am(tree, patches, three_way)
     if proc.returncode == 0:
         return None
     applying = _gitdir(tree) / "rebase-apply" / "next"

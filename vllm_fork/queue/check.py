@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import enum
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
-from vllm_fork.core.git import git, operation_in_progress, out
+from vllm_fork.core.git import am, am_abort, git, operation_in_progress, out
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.core.paths import patches_dir as default_patches_dir
 from vllm_fork.queue.apply import conflicts_at, prepare_tree
@@ -21,27 +23,54 @@ from vllm_fork.upstream.sources import ensure_upstream
 MIN_WHY_CHARS = 20
 
 
-def message_problems(patch: Path) -> list[str]:
+class Kind(enum.Enum):
+    """What is wrong, which decides what `check` can still test."""
+
+    SERIES = "series"  # patches/series and the patch files disagree
+    UNREADABLE = "unreadable"  # not a format-patch file: it cannot be applied, so it is not
+    MESSAGE = "message"  # no subject, or no body saying why
+    APPLY = "apply"  # does not apply strictly on the pinned release
+    EXPORT = "export"  # apply + export would not give back the same files
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: Kind
+    patch: str | None  # the patch file's name; None when it is about the queue as a whole
+    message: str  # what a person reads: names the file and the next step
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def message_problems(patch: Path) -> list[Problem]:
     try:
         parsed = parse_patch(patch)
     except ForkError as exc:
-        return [str(exc)]
+        return [Problem(Kind.UNREADABLE, patch.name, str(exc))]
     problems = []
     if not parsed.subject:
-        problems.append(f"{patch.name}: empty subject")
+        problems.append(Problem(Kind.MESSAGE, patch.name, f"{patch.name}: empty subject"))
     if len(parsed.why) < MIN_WHY_CHARS:
-        problems.append(f"{patch.name}: the commit message has no body saying why the change is needed")
+        problems.append(
+            Problem(
+                Kind.MESSAGE,
+                patch.name,
+                f"{patch.name}: the commit message has no body saying why the change is needed",
+            )
+        )
     return problems
 
 
-def upstream_status_problems(patches: list[Path]) -> list[str]:
+def upstream_status_problems(patches: list[Path]) -> list[Problem]:
     """Each patch's `Upstream-Status:` trailer is well formed and where git reads trailers."""
     problems = []
     for patch in patches:
         try:
-            problems += status_problems(parse_patch(patch))
+            found = status_problems(parse_patch(patch))
         except ForkError:
             continue  # message_problems already names an unreadable file
+        problems += [Problem(Kind.MESSAGE, patch.name, message) for message in found]
     return problems
 
 
@@ -53,7 +82,7 @@ def _apply_all_at_once(tree: Path, patches: list[Path]) -> int:
     """
     if not patches:
         return 0
-    proc = git(tree, "am", "--quiet", "--no-3way", "--keep-cr", "--keep-non-patch", *map(str, patches), check=False)
+    proc = am(tree, patches)
     if proc.returncode == 0:
         return len(patches)
     applying = Path(out(tree, "rev-parse", "--absolute-git-dir")) / "rebase-apply" / "next"
@@ -63,12 +92,12 @@ def _apply_all_at_once(tree: Path, patches: list[Path]) -> int:
     return done
 
 
-def apply_problems(tree: Path, patches: list[Path]) -> list[str]:
+def apply_problems(tree: Path, patches: list[Path]) -> list[Problem]:
     """Apply each patch strictly (no 3-way); skip past failures to test the rest."""
-    problems: list[str] = []
+    problems: list[Problem] = []
     start = _apply_all_at_once(tree, patches)
     for i, patch in enumerate(patches[start:], start + 1):
-        proc = git(tree, "am", "--quiet", "--no-3way", "--keep-cr", "--keep-non-patch", str(patch), check=False)
+        proc = am(tree, [patch])
         if proc.returncode == 0:
             continue
         conflicts = conflicts_at(tree, out(tree, "rev-parse", "HEAD"), patch)
@@ -76,42 +105,48 @@ def apply_problems(tree: Path, patches: list[Path]) -> list[str]:
             "; ".join(f"{f} {' '.join(h)}" for f, h in conflicts.items())
             or ((proc.stdout + proc.stderr).strip().splitlines() or ["git gave no reason"])[-1]
         )
-        problems.append(f"{patch.name} ({i} of {len(patches)}) does not apply cleanly: {where}")
+        problems.append(
+            Problem(Kind.APPLY, patch.name, f"{patch.name} ({i} of {len(patches)}) does not apply cleanly: {where}")
+        )
         if operation_in_progress(tree):
-            git(tree, "am", "--abort", check=False)
+            am_abort(tree, check=False)
     return problems
 
 
-def export_problems(tree: Path, pdir: Path, entries: list[str]) -> list[str]:
+def export_problems(tree: Path, pdir: Path, entries: list[str]) -> list[Problem]:
     with tempfile.TemporaryDirectory() as tmp:
         names = format_patches(tree, Path(tmp))
         problems = []
         if names != entries:
-            problems.append(f"export would write the series {names}, but patches/series lists {entries}")
+            problems.append(
+                Problem(Kind.EXPORT, None, f"export would write the series {names}, but patches/series lists {entries}")
+            )
         for name in names:
             current = pdir / name
             if current.exists() and current.read_bytes() != (Path(tmp) / name).read_bytes():
                 problems.append(
-                    f"{name}: not in exported form (apply + export changes its bytes); "
-                    "run `invoke apply && invoke export`"
+                    Problem(
+                        Kind.EXPORT,
+                        name,
+                        f"{name}: not in exported form (apply + export changes its bytes); "
+                        "run `invoke apply && invoke export`",
+                    )
                 )
         return problems
 
 
-def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> list[str]:
+def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> list[Problem]:
     """All problems with patches/ against the pin; empty when the queue is sound."""
     pin = pin or load_pin(root)
     pdir = default_patches_dir(root)
-    problems = series_problems(pdir)
+    problems = [Problem(Kind.SERIES, None, message) for message in series_problems(pdir)]
     entries = series_entries(pdir)
     listed = [pdir / e for e in entries if (pdir / e).is_file() and "/" not in e]
     readable = []
     for patch in listed:
         found = message_problems(patch)
         problems += found
-        if not any(
-            "format-patch" in p or "empty" in p or "no diff" in p or "UTF-8" in p or "Subject" in p for p in found
-        ):
+        if not any(p.kind is Kind.UNREADABLE for p in found):
             readable.append(patch)
     problems += upstream_status_problems(readable)
     upstream = ensure_upstream(pin, source)

@@ -7,26 +7,11 @@ import tempfile
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
-from vllm_fork.core.git import git, operation_in_progress, out, rev
+from vllm_fork.core.git import format_patch, operation_in_progress, out, rev
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.core.paths import patches_dir as default_patches_dir
 from vllm_fork.queue.apply import UPSTREAM_REF, mark_applied
 from vllm_fork.queue.series import SERIES
-
-#: `git format-patch` flags that keep exported patches free of churn (after Electron):
-#: no commit ids, no version signature, no diffstat, no [PATCH n/m] numbering, and
-#: full blob ids so `git am --3way` can always find the preimage.
-EXPORT_FLAGS = (
-    "--zero-commit",
-    "--no-signature",
-    "--no-stat",
-    "--no-numbered",
-    "--full-index",
-    "--no-encode-email-headers",
-    "--find-renames",
-    "--subject-prefix=PATCH",
-    "--filename-max-length=100",
-)
 
 
 def format_patches(tree: Path, dest: Path) -> list[str]:
@@ -41,8 +26,7 @@ def format_patches(tree: Path, dest: Path) -> list[str]:
     merges = out(tree, "rev-list", "--merges", f"{UPSTREAM_REF}..HEAD")
     if merges:
         raise ForkError(f"{tree} has merge commits above upstream; a patch queue must be linear")
-    proc = git(tree, "format-patch", *EXPORT_FLAGS, "-o", str(dest), f"{UPSTREAM_REF}..HEAD")
-    return [Path(line).name for line in proc.stdout.splitlines() if line.strip()]
+    return format_patch(tree, f"{UPSTREAM_REF}..HEAD", dest)
 
 
 def export(tree: Path | None = None, root: Path = REPO_ROOT) -> list[str]:

@@ -11,7 +11,10 @@ from vllm_fork.core.errors import ForkError
 
 _DIFF = re.compile(r"^diff --git a/(.+?) b/(.+)$")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@.*$")
-_TRAILER = re.compile(r"^[A-Za-z-]+: .+$")
+# git's trailer line: a token of letters, digits and dashes, then ':' (interpret-trailers' default).
+_TRAILER = re.compile(r"^[A-Za-z0-9-]+\s*:")
+# Lines git itself writes: one of them lets a mostly-trailer paragraph count as trailers.
+_GIT_GENERATED = ("Signed-off-by: ", "(cherry picked from commit ")
 
 
 @dataclass
@@ -35,9 +38,38 @@ class PatchFile:
 
     @property
     def why(self) -> str:
-        """The body without trailers (Signed-off-by:, Co-authored-by: ...)."""
-        lines = [ln for ln in self.body.splitlines() if not _TRAILER.match(ln.strip())]
-        return "\n".join(lines).strip()
+        """The body without its trailer block (Signed-off-by:, Co-authored-by: ...)."""
+        return split_trailers(self.body)[0]
+
+
+def is_trailer_block(paragraph: list[str]) -> bool:
+    """git's rule (trailer.c): every line a trailer, or a git-written one and at least 25 % trailers.
+
+    An indented line continues the trailer above it.
+    """
+    trailers = others = 0
+    recognized = continues = False
+    for line in paragraph:
+        if line.startswith(_GIT_GENERATED):
+            trailers, recognized, continues = trailers + 1, True, True
+        elif _TRAILER.match(line):
+            trailers, continues = trailers + 1, True
+        elif line[:1].isspace() and continues:
+            continue
+        else:
+            others, continues = others + 1, False
+    return trailers > 0 and (others == 0 or (recognized and trailers * 3 >= others))
+
+
+def split_trailers(body: str) -> tuple[str, str]:
+    """(text, trailers): as git, only the body's last paragraph can hold trailers.
+
+    So "Why: ..." or "Note: ..." in an earlier paragraph is text.
+    """
+    paragraphs = re.split(r"\n[ \t]*\n", body.strip())
+    if is_trailer_block(paragraphs[-1].splitlines()):
+        return "\n\n".join(paragraphs[:-1]).strip(), paragraphs[-1]
+    return body.strip(), ""
 
 
 def parse_patch(path: Path) -> PatchFile:

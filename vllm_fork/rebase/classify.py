@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vllm_fork.core.git import git, operation_in_progress, out
+from vllm_fork.core.git import am_abort, am_skip, git, operation_in_progress, out
 from vllm_fork.queue.apply import PatchFailure, am
 from vllm_fork.queue.patchfile import FileDiff, parse_patch
 
@@ -132,7 +132,7 @@ def classify(tree: Path, patch: Path) -> tuple[PatchResult, PatchFailure | None]
     if am(tree, [patch], three_way=False) is None:
         result.by_eye = nearby_upstream_changes(tree, patch, base)
         return result, None
-    git(tree, "am", "--abort")
+    am_abort(tree)
     if git(tree, "apply", "--check", "--reverse", str(patch), check=False).returncode == 0:
         result.outcome = DROPPED
         result.notes.append("upstream already contains every change of this patch (it reverses cleanly)")
@@ -150,7 +150,7 @@ def classify(tree: Path, patch: Path) -> tuple[PatchResult, PatchFailure | None]
         return result, None
     unmerged = out(tree, "diff", "--name-only", "--diff-filter=U")
     if operation_in_progress(tree) == "am" and not unmerged and "No changes" in failure.git_output:
-        git(tree, "am", "--skip")
+        am_skip(tree)
         result.outcome = DROPPED
         result.notes.append("the 3-way merge left nothing to commit: upstream already contains it")
         return result, None

@@ -133,7 +133,7 @@ def finish(root: Path, state: RebaseState):
     retarget_base(root / "Dockerfile", old_pin_of(state).tag, new_pin.tag)
     compiled, compiled_source = changed_compiled_inputs(tree, state.old_upstream, state.new_upstream, root)
     seeded = _seed_if_needed(root, tree, state) if compiled else ""
-    problems = check_mod.check(root, source=state.source)
+    problems = [p.message for p in check_mod.check(root, source=state.source)]
     tests_rc, tests_summary = (None, "--skip-tests")
     cmd = state.options.tests_cmd or DEFAULT_TESTS
     if state.options.run_tests:

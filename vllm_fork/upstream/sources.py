@@ -21,7 +21,7 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import sha256_file
-from vllm_fork.core.git import FIXED_EMAIL, FIXED_NAME, git, rev
+from vllm_fork.core.git import FIXED_EMAIL, FIXED_NAME, fast_import, git, rev
 from vllm_fork.core.paths import cache_dir
 from vllm_fork.upstream.download import fetch
 from vllm_fork.upstream.pin import SOURCES, Pin
@@ -107,9 +107,7 @@ def import_sdist(sdist: Path, repo: Path, version: str, sha256: str) -> str:
             return existing
         message = f"vLLM {version} (sdist {sdist.name})\n\nsha256 {sha256}\n"
         stream = _fast_import_stream(sdist, message, ref)
-        # A local cache: no delta search and light compression import 2x faster;
-        # object ids (and so the commit id) do not depend on how objects are packed.
-        git(repo, "-c", "pack.compression=1", "fast-import", "--quiet", "--depth=0", input=stream, text=False)
+        fast_import(repo, stream)
         commit = rev(repo, ref)
         if not commit:
             raise ForkError(f"importing {sdist} into {repo} made no commit")

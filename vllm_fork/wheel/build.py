@@ -18,6 +18,7 @@ from pathlib import Path
 from vllm_fork.core.errors import ConfigError, ForkError
 from vllm_fork.core.fs import remove_stale_temps
 from vllm_fork.core.git import dirty_paths, git, operation_in_progress, rev
+from vllm_fork.core.log import LogFn
 from vllm_fork.core.log import info as log_info
 from vllm_fork.core.log import warning as log_warning
 from vllm_fork.core.paths import REPO_ROOT, default_tree
@@ -76,10 +77,15 @@ def tree_commits(tree: Path) -> tuple[str, str]:
             f"{tree} has uncommitted changes ({', '.join(dirty[:5])}{'...' if len(dirty) > 5 else ''}); "
             "the wheel is built from commits: commit them (and `invoke export`), or `invoke apply --force`"
         )
-    return base, rev(tree, "HEAD")
+    head = rev(tree, "HEAD")
+    if head is None:
+        raise ForkError(f"{tree} has no HEAD commit: make it with `invoke apply`")
+    return base, head
 
 
-def seed_cache(root: Path = REPO_ROOT, tree: Path | None = None, log=log_info) -> tuple[opscache.Entry, Path, float]:
+def seed_cache(
+    root: Path = REPO_ROOT, tree: Path | None = None, log: LogFn = log_info
+) -> tuple[opscache.Entry, Path, float]:
     """Store the pinned release's compiled members (from the official wheel) under upstream's key."""
     pin = load_pin(root)
     tree = tree or default_tree(root)
@@ -99,7 +105,7 @@ def seed_cache(root: Path = REPO_ROOT, tree: Path | None = None, log=log_info) -
 
 
 def ensure_artifact(
-    key: OpsKey, upstream_key: OpsKey, root: Path, tree: Path, log
+    key: OpsKey, upstream_key: OpsKey, root: Path, tree: Path, log: LogFn
 ) -> tuple[opscache.Entry, Path] | None:
     """The verified artifact for the key; re-seeds the pinned release's own key when its file is missing."""
     try:
@@ -145,7 +151,7 @@ def build(
     apply: bool = True,
     source: str | None = None,
     out_dir: Path | None = None,
-    log=log_info,
+    log: LogFn = log_info,
 ) -> BuildResult:
     """Apply (unless told not to), then build the wheel and its provenance record into `out_dir`.
 
@@ -165,7 +171,7 @@ def build(
     return result
 
 
-def _build(root: Path, route: str, apply: bool, source: str | None, out_dir: Path, log) -> BuildResult:
+def _build(root: Path, route: str, apply: bool, source: str | None, out_dir: Path, log: LogFn) -> BuildResult:
     timer = _Timer()
     pin: Pin = load_pin(root)
     tree = default_tree(root)
@@ -198,10 +204,9 @@ def _build(root: Path, route: str, apply: bool, source: str | None, out_dir: Pat
         env = ensure_build_env(requirements, params["torch"], params["cuda"], log=log)
         if taken == "fast":
             meta = wheel_metadata(tree, head, version, env, params)
-            record = opscache.load_member_record(entry, artifact)
+            members = opscache.load_member_record(entry, artifact)
             timer.lap("metadata")
-            result = build_fast(tree, base, head, version, tag, artifact, record, meta, out_dir)
-            wheel = result.path
+            wheel = build_fast(tree, base, head, version, tag, artifact, members, meta, out_dir).path
         else:
             if reasons:
                 log(
@@ -209,7 +214,7 @@ def _build(root: Path, route: str, apply: bool, source: str | None, out_dir: Pat
                     "series changes what the fast route does not handle:\n" + "\n".join(f"  - {r}" for r in reasons)
                 )
             tracked = len(git(tree, "ls-tree", "-r", "--name-only", head, "--", "vllm").stdout.splitlines())
-            result = build_precompiled(
+            setup = build_precompiled(
                 tree,
                 head,
                 version,
@@ -223,8 +228,8 @@ def _build(root: Path, route: str, apply: bool, source: str | None, out_dir: Pat
                 expected_members=tracked + entry.members + 5,
                 member_sizes={n: size for n, (_h, size) in opscache.load_member_record(entry, artifact).items()},
             )
-            wheel = result.path
-            with_names = set(result.extracted)
+            wheel = setup.path
+            with_names = set(setup.extracted)
             with zipfile.ZipFile(artifact) as zf:
                 stored = set(zf.namelist())
             if with_names != stored:
@@ -242,8 +247,7 @@ def _build(root: Path, route: str, apply: bool, source: str | None, out_dir: Pat
         taken = "compile"
         nvcc = nvcc_version(toolkit)
         env = ensure_build_env(requirements, params["torch"], params["cuda"], real_torch=True, log=log)
-        result = build_compiled(tree, head, version, params, toolkit, env, out_dir, root / "build", log=log)
-        wheel = result.path
+        wheel = build_compiled(tree, head, version, params, toolkit, env, out_dir, root / "build", log=log).path
         timer.lap("wheel")
         seeded = seed.make_artifact(wheel, opscache.ops_dir(), log=log)
         entry, artifact = opscache.put(

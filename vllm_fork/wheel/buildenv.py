@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.errors import BuildError
+from vllm_fork.core.log import LogFn
 from vllm_fork.core.log import info as log_info
 from vllm_fork.core.paths import cache_dir
 
@@ -143,7 +144,7 @@ def ensure_build_env(
     torch_version: str,
     cuda: str,
     real_torch: bool = False,
-    log=log_info,
+    log: LogFn = log_info,
 ) -> BuildEnv:
     """The build env for these requirements, made once (atomically, under a lock)."""
     reqs = build_requirements(requirements_text)

@@ -110,8 +110,8 @@ def build_fast(
                 for name in sorted(sources, key=lambda n: walk_key(n, dist_info)):
                     src = sources[name]
                     if src[0] == "artifact":
-                        digest, size = artifact_record[name]
-                        writer.add_raw(art_fp, art_infos[name], name, digest, size)
+                        art_digest, art_size = artifact_record[name]
+                        writer.add_raw(art_fp, art_infos[name], name, art_digest, art_size)
                     elif src[0] == "bytes":
                         writer.add_bytes(name, src[1])
                     elif src[1] in layer:

@@ -13,11 +13,13 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import git
+from vllm_fork.core.log import LogFn
 from vllm_fork.core.log import info as log_info
 from vllm_fork.wheel.buildenv import BuildEnv
 from vllm_fork.wheel.setuppy import SetupProgress, run_setup, setup_env
@@ -69,7 +71,7 @@ def build_precompiled(
     env: BuildEnv,
     out_dir: Path,
     work_parent: Path,
-    log=log_info,
+    log: LogFn = log_info,
     expected_members: int | None = None,
     member_sizes: dict[str, int] | None = None,
 ) -> SetupResult:
@@ -108,13 +110,13 @@ def build_precompiled(
     return SetupResult(wheel, extracted, time.perf_counter() - start)
 
 
-def cuda_toolkit(environ: dict[str, str] | None = None) -> Path | None:
+def cuda_toolkit(environ: Mapping[str, str] | None = None) -> Path | None:
     """CUDA_HOME with an nvcc in it, or the toolkit of the nvcc on PATH; None without one."""
-    environ = os.environ if environ is None else environ
-    for home in (environ.get("CUDA_HOME"), environ.get("CUDA_PATH")):
+    env = os.environ if environ is None else environ
+    for home in (env.get("CUDA_HOME"), env.get("CUDA_PATH")):
         if home and (Path(home) / "bin" / "nvcc").is_file():
             return Path(home)
-    nvcc = shutil.which("nvcc", path=environ.get("PATH", ""))
+    nvcc = shutil.which("nvcc", path=env.get("PATH", ""))
     if nvcc:
         return Path(os.path.realpath(nvcc)).parent.parent
     return None
@@ -139,7 +141,7 @@ def build_compiled(
     env: BuildEnv,
     out_dir: Path,
     work_parent: Path,
-    log=log_info,
+    log: LogFn = log_info,
 ) -> SetupResult:
     """setup.py bdist_wheel compiling every extension with nvcc (20-40 min). Needs a real torch."""
     start = time.perf_counter()

@@ -60,7 +60,7 @@ def tool_versions(build_env_tools: dict[str, str] | None = None, nvcc: str | Non
     except PackageNotFoundError:
         fork_version = "source"
     git_version = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
-    tools = {
+    tools: dict[str, str | dict[str, str]] = {
         "python": platform.python_version(),
         "git": git_version.removeprefix("git version "),
         "vllm-fork": fork_version,

@@ -55,8 +55,8 @@ def read_blobs(repo: Path, blobs: list[str]) -> dict[str, bytes]:
     data, pos, result = proc.stdout, 0, {}
     for _blob in blobs:
         end = data.index(b"\n", pos)
-        oid, kind, size = data[pos:end].split()
-        size = int(size)
+        oid, _kind, size_field = data[pos:end].split()
+        size = int(size_field)
         result[oid.decode()] = data[end + 1 : end + 1 + size]
         pos = end + 1 + size + 1
     return result

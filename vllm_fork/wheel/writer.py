@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from vllm_fork.core.fs import b64_sha256
-from vllm_fork.core.zipraw import copy_raw
+from vllm_fork.core.zipraw import copy_info, copy_raw
 
 # A fixed timestamp: member bytes, not times, identify a wheel's contents.
 DATE_TIME = (1980, 1, 1, 0, 0, 0)
@@ -80,21 +80,8 @@ class WheelWriter:
 
 def _renamed(info: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
     """A copy of `info` under another name; header_offset still points at the source entry."""
-    new = zipfile.ZipInfo(name, info.date_time)
-    for attr in (
-        "compress_type",
-        "create_system",
-        "create_version",
-        "extract_version",
-        "internal_attr",
-        "external_attr",
-        "CRC",
-        "compress_size",
-        "file_size",
-        "flag_bits",
-        "header_offset",
-    ):
-        setattr(new, attr, getattr(info, attr))
+    new = copy_info(info, name)
+    new.flag_bits, new.header_offset = info.flag_bits, info.header_offset
     return new
 
 

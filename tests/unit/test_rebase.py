@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from support.rebase_world import BASE_FILES, config_py, file_index, make_world, sdist_bytes, sh, two_patch_world
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.queue import check as check_mod
 from vllm_fork.rebase import run as rebase
 from vllm_fork.rebase.state import Options, in_progress
 from vllm_fork.upstream.pin import load_pin
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 
 
 @pytest.fixture(autouse=True)

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from support.buildtrees import commit, fork_root, make_tree
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.wheel import build as build_mod
 from vllm_fork.wheel.precompiled import cuda_toolkit
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    """Every file below `folder` with its bytes, read now (not a lazy listing)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_miss_without_toolkit_names_the_patches_and_ways_forward(tmp_path, cache, monkeypatch):
@@ -25,7 +32,7 @@ def test_miss_without_toolkit_names_the_patches_and_ways_forward(tmp_path, cache
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     assert cuda_toolkit() is None
-    before = (root / "ops-cache").iterdir()
+    before = files_under(root / "ops-cache")
     with pytest.raises(ForkError) as err:
         build_mod.build(root=root, apply=False, out_dir=tmp_path / "dist")
     message = str(err.value)
@@ -34,7 +41,7 @@ def test_miss_without_toolkit_names_the_patches_and_ways_forward(tmp_path, cache
     for way in ("CUDA host", "Docker", "remote"):
         assert way in message
     assert not (tmp_path / "dist").exists()
-    assert sorted(p.name for p in (root / "ops-cache").iterdir()) == sorted(p.name for p in before)
+    assert files_under(root / "ops-cache") == before, "a failed build must leave ops-cache as it was"
 
 
 def test_toolkit_is_found_from_cuda_home(tmp_path):

@@ -269,4 +269,4 @@ def test_collect_and_export_ops_inside_the_stage(tmp_path, real, real_cache):
     assert docker_stage.main(["collect", str(dist), str(tmp_path / "out2")]) == 1  # two wheels: refuse
 
 
-# The Dockerfile's delta and final stages are run for real in tests/test_image_delta.py.
+# The Dockerfile's delta and final stages are run for real in tests/integration/test_image_delta.py.

@@ -169,7 +169,15 @@ def test_check_reports_every_problem_at_once(fork):
         + "\n"
     )
     before = fork.snapshot()
-    problems = "\n".join(check_mod.check(fork.root))
+    found = check_mod.check(fork.root)
+    problems = "\n".join(p.message for p in found)
+    Kind = check_mod.Kind
+    kinds = {(p.kind, p.patch) for p in found}
+    assert {(Kind.UNREADABLE, "0003-empty.patch"), (Kind.UNREADABLE, "0004-corrupt.patch")} <= kinds
+    assert {(Kind.MESSAGE, "0006-no-body.patch"), (Kind.APPLY, "0007-stale.patch")} <= kinds
+    # An unreadable patch is not applied; no export is tried while the series is broken.
+    assert not {(Kind.APPLY, "0003-empty.patch"), (Kind.APPLY, "0004-corrupt.patch")} & kinds
+    assert Kind.EXPORT not in {p.kind for p in found}
     assert f"{names[0]} is listed twice" in problems
     assert "'../outside.patch' is not a file directly inside patches/" in problems
     assert "0008-missing.patch is listed but patches/0008-missing.patch does not exist" in problems
@@ -188,7 +196,11 @@ def test_check_catches_a_patch_not_in_exported_form(fork):
     path.write_text(path.read_text() + "-- \n2.39.5\n\n")
     problems = check_mod.check(fork.root)
     assert problems == [
-        f"{names[0]}: not in exported form (apply + export changes its bytes); run `invoke apply && invoke export`"
+        check_mod.Problem(
+            check_mod.Kind.EXPORT,
+            names[0],
+            f"{names[0]}: not in exported form (apply + export changes its bytes); run `invoke apply && invoke export`",
+        )
     ]
 
 
