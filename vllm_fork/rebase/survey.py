@@ -18,6 +18,7 @@ its own). The cache only gains what fetching the two upstreams brings.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -76,7 +77,12 @@ class _Scratch:
     def env(self, index: Path) -> dict[str, str]:
         return {"GIT_INDEX_FILE": str(index)}
 
-    def git(self, *args: str, index: Path | None = None, check: bool = False, input: str | None = None):
+    def git(
+        self, *args: str, index: Path | None = None, check: bool = False, input: str | bytes | None = None
+    ) -> subprocess.CompletedProcess:
+        if isinstance(input, bytes):
+            # Patch bytes in the file's own encoding: back to text the way core.git reads it.
+            input = input.decode("utf-8", "surrogateescape")
         return git(self.dir, *args, env=self.env(index) if index else None, check=check, input=input)
 
     def read_tree(self, index: Path, commit: str) -> None:
