@@ -18,6 +18,7 @@ its own). The cache only gains what fetching the two upstreams brings.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -76,8 +77,12 @@ class _Scratch:
     def env(self, index: Path) -> dict[str, str]:
         return {"GIT_INDEX_FILE": str(index)}
 
-    def git(self, *args: str, index: Path | None = None, check: bool = False, input: str | None = None):
-        return git(self.dir, *args, env=self.env(index) if index else None, check=check, input=input)
+    def git(
+        self, *args: str, index: Path | None = None, check: bool = False, input: bytes | str | None = None
+    ) -> subprocess.CompletedProcess:
+        # A one-hunk patch is bytes (its file's own encoding): subprocess takes bytes in byte mode only.
+        text = not isinstance(input, bytes)
+        return git(self.dir, *args, env=self.env(index) if index else None, check=check, input=input, text=text)
 
     def read_tree(self, index: Path, commit: str) -> None:
         self.git("read-tree", commit, index=index, check=True)
