@@ -174,8 +174,8 @@ def test_upstream_status_trailer_checked_by_gits_rule_and_shown(tmp_path):
     assert "Upstream-Status: carry (no Upstream-Status trailer)" in status
 
     reword_last(w, f"{subject}\n\nUpstream-Status: carry\n\n{why}\n")  # not the last paragraph: not a trailer
-    problems = check_mod.check(w.root)
-    assert len(problems) == 1 and "not a trailer" in problems[0].message and "last paragraph" in problems[0].message
+    problems = [p.message for p in check_mod.check(w.root)]
+    assert len(problems) == 1 and "not a trailer" in problems[0] and "last paragraph" in problems[0]
 
     reword_last(w, f"{subject}\n\n{why}\n\nUpstream-Status: someday\n")
     assert any("unknown status 'someday'" in p.message for p in check_mod.check(w.root))

@@ -28,9 +28,11 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import link_or_copy, sha256_file
+from vllm_fork.core.log import LogFn
 from vllm_fork.core.paths import REPO_ROOT, cache_dir
 from vllm_fork.image.engine import Engine
 from vllm_fork.upstream.download import fetch
@@ -124,7 +126,7 @@ def cached(pin: Pin | None = None) -> StandIn | None:
     return StandIn(key, path, json.loads(info_file.read_text()))
 
 
-def ensure_standin(engine: Engine, pin: Pin | None = None, log=print) -> StandIn:
+def ensure_standin(engine: Engine, pin: Pin | None = None, log: LogFn = print) -> StandIn:
     """The cached stand-in, built first if this machine has none for the current key."""
     pin = pin or load_pin(REPO_ROOT)
     found = cached(pin)
@@ -146,7 +148,9 @@ def ensure_standin(engine: Engine, pin: Pin | None = None, log=print) -> StandIn
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return cached(pin)
+    built = cached(pin)
+    assert built is not None, f"{root / key} was just put in place"
+    return built
 
 
 def _pip_download(specs: list[str], dest: Path) -> list[Path]:
@@ -170,7 +174,7 @@ def _pip_download(specs: list[str], dest: Path) -> list[Path]:
     return sorted(dest.glob("*.whl"))
 
 
-def _build(engine: Engine, pin: Pin, key: str, work: Path, log) -> dict:
+def _build(engine: Engine, pin: Pin, key: str, work: Path, log: LogFn) -> dict:
     rec = recipe()
     started = time.monotonic()
     timings: dict[str, float] = {}
@@ -261,18 +265,18 @@ def layout_from_save(saved: Path, out: Path) -> bytes:
     """`docker save`'s tar -> out/{manifest.json, config.json, blobs/<sha256>} (gzip layers, mtime 0)."""
     (out / "blobs").mkdir(parents=True)
     with tarfile.open(saved) as tar:
-        index = json.load(tar.extractfile("manifest.json"))
+        index = json.load(_member(tar, saved, "manifest.json"))
         if len(index) != 1:
             raise ForkError(f"{saved}: expected one image in docker save's output, found {len(index)}")
         entry = index[0]
-        config = tar.extractfile(entry["Config"]).read()
+        config = _member(tar, saved, entry["Config"]).read()
         layers = []
         for name in entry["Layers"]:
             tmp = out / "blobs" / ".layer.gz"
             digest = hashlib.sha256()
             # Level 1: the stand-in is big and local; the digest only has to be stable here.
             with (
-                tar.extractfile(name) as src,
+                _member(tar, saved, name) as src,
                 open(tmp, "wb") as raw,
                 gzip.GzipFile(fileobj=_Tee(raw, digest), mode="wb", compresslevel=1, mtime=0) as gz,
             ):
@@ -297,13 +301,21 @@ def layout_from_save(saved: Path, out: Path) -> bytes:
     return manifest
 
 
+def _member(tar: tarfile.TarFile, saved: Path, name: str) -> IO[bytes]:
+    """A file of docker save's tar; tarfile gives None for a member that is not a regular file."""
+    member = tar.extractfile(name)
+    if member is None:
+        raise ForkError(f"{saved}: {name} in docker save's output is not a regular file; build the stand-in again")
+    return member
+
+
 class _Tee:
     """A write-only file that also feeds a hash (the compressed bytes' digest, in one pass)."""
 
-    def __init__(self, raw, digest) -> None:
+    def __init__(self, raw: IO[bytes], digest: hashlib._Hash) -> None:
         self.raw, self.digest = raw, digest
 
-    def write(self, data) -> int:
+    def write(self, data: bytes) -> int:
         self.digest.update(data)
         return self.raw.write(data)
 

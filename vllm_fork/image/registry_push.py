@@ -44,8 +44,10 @@ import urllib.parse
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.log import LogFn
 from vllm_fork.core.paths import REPO_ROOT, patches_dir
 from vllm_fork.image.base import LABEL_PYTHON, LABEL_SITE_PACKAGES
 from vllm_fork.image.dockerfile import DOCKERFILE, base_image, check_platform, image_labels, logical_lines
@@ -224,6 +226,7 @@ def delta_files(official: Path, patched: Path, site: str, python: str, mtime: in
         src = f"{site}/{name}"
         pyc = f"{site}/{PurePosixPath(name).parent}/__pycache__/{PurePosixPath(name).stem}.{tag}.pyc"
         source = next(f.data for f in files if f.path == src)
+        assert source is not None, f"{src} was added above as a file, with its bytes"
         if same_python:
             files.append(LayerFile(pyc, _bytecode(source, src, mtime)))
         elif name in changed:
@@ -249,6 +252,7 @@ def delta_files(official: Path, patched: Path, site: str, python: str, mtime: in
     record_rows = {n: row for n, row in new_rec.items() if n != f"{new_info}/RECORD"}
     for f in files:
         if f.kind == "file" and (f.path.startswith(f"{site}/{new_info}/") or f.path.startswith(bindir + "/")):
+            assert f.data is not None, f"{f.path}: a file entry carries its bytes"
             record_rows[os.path.relpath(f.path, site)] = (_b64_sha256(f.data), str(len(f.data)))
     record = io.StringIO()
     writer = csv.writer(record, lineterminator="\n")
@@ -329,7 +333,8 @@ def gzip_bytes(data: bytes) -> bytes:
 def image_stage_config(dockerfile: Path, args: dict[str, str]) -> dict:
     """LABEL, ENV, EXPOSE, HEALTHCHECK and ENTRYPOINT of the Dockerfile's `image` stage."""
     lines = logical_lines(dockerfile.read_text())
-    stage, out = None, {"Labels": {}, "Env": {}, "ExposedPorts": {}, "Healthcheck": None, "Entrypoint": None}
+    stage: str | None = None
+    out: dict[str, Any] = {"Labels": {}, "Env": {}, "ExposedPorts": {}, "Healthcheck": None, "Entrypoint": None}
     for line in lines:
         word, _, rest = line.partition(" ")
         word = word.upper()
@@ -350,7 +355,7 @@ def image_stage_config(dockerfile: Path, args: dict[str, str]) -> dict:
             out["Entrypoint"] = json.loads(rest)
         elif word == "HEALTHCHECK":
             opts, _, cmd = rest.partition("CMD ")
-            check = {"Test": ["CMD", *json.loads(cmd)]}
+            check: dict[str, Any] = {"Test": ["CMD", *json.loads(cmd)]}
             for opt in shlex.split(opts):
                 name, _, value = opt.lstrip("-").partition("=")
                 key = {
@@ -415,7 +420,7 @@ def push_image(
     labels: dict[str, str],
     platform: str,
     base_digest: str = "",
-    log=print,
+    log: LogFn = print,
 ) -> Pushed:
     """Append the delta layer to `base` (REGISTRY/REPO:TAG, read by `base_digest` when given)."""
     base_ref = Ref.parse(base)
@@ -502,7 +507,7 @@ def run(
     allow_stale: bool,
     dry_run: bool,
     root: Path | None = None,
-    log=print,
+    log: LogFn = print,
 ) -> Pushed | None:
     """`invoke docker --push`: the checks `invoke docker` makes, then the append in the registry."""
     root = root or REPO_ROOT

@@ -18,6 +18,7 @@ import os
 import urllib.parse
 import urllib.request
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from vllm_fork.core.fs import (
     sha256_file,
     write_atomic,
 )
+from vllm_fork.core.log import LogFn
 from vllm_fork.core.log import info as log_info
 from vllm_fork.core.log import warning as log_warning
 from vllm_fork.core.paths import REPO_ROOT, cache_dir, cache_subdir
@@ -129,7 +131,7 @@ def lookup(key: str, root: Path = REPO_ROOT) -> Entry | None:
 
 
 @contextmanager
-def _index_lock(root: Path):
+def _index_lock(root: Path) -> Iterator[Path]:
     path = root / INDEX_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     # The lock lives in the cache, not the clone (nothing to ignore or commit); it is
@@ -230,7 +232,7 @@ def _fetch_from(remote: str, entry: Entry, dest: Path) -> None:
         raise ConfigError(f"unsupported ops remote {remote!r} (use file://, http(s):// or oci://)")
 
 
-def get(key: str, root: Path = REPO_ROOT, log=log_info) -> tuple[Entry, Path] | None:
+def get(key: str, root: Path = REPO_ROOT, log: LogFn = log_info) -> tuple[Entry, Path] | None:
     """The verified artifact for `key`, fetched from a remote if needed; None if the index lacks it."""
     entry = lookup(key, root)
     if entry is None:

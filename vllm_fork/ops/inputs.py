@@ -12,6 +12,7 @@ import functools
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def load_inputs(root: Path = REPO_ROOT) -> list[Input]:
         raise ConfigError(f"{root / INPUTS_FILE} is missing: it lists what the ops key covers") from None
 
 
-def load_params(root: Path = REPO_ROOT, environ: dict[str, str] | None = None) -> dict[str, str]:
+def load_params(root: Path = REPO_ROOT, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The build parameters; TORCH_CUDA_ARCH_LIST from the environment overrides the file's."""
     environ = os.environ if environ is None else environ
     path = root / PARAMS_FILE

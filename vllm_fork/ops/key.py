@@ -35,6 +35,7 @@ class OpsKey:
 
 def table_digest(tree: Path, commit: str, entry: Input) -> str | None:
     """sha256 of one TOML table of a file at `commit` (None when the file or table is absent)."""
+    assert entry.table is not None, f"{entry} names a file, not a table: its blob is in the key"
     proc = git(tree, "cat-file", "blob", f"{commit}:{entry.path}", check=False)
     if proc.returncode != 0:
         return None

@@ -17,6 +17,7 @@ empty config blob, and an OCI image manifest tagged with the ops key, so tools l
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from vllm_fork.core.errors import ConfigError, DownloadError, ForkError
 from vllm_fork.upstream.download import fetch_url
@@ -73,14 +75,18 @@ class Registry:
 
     # -- requests, with the bearer-token dance on a 401 --
 
-    def _request(self, method: str, url: str, data=None, headers: dict | None = None) -> urllib.request.Request:
+    def _request(
+        self, method: str, url: str, data: bytes | IO[bytes] | None = None, headers: dict | None = None
+    ) -> urllib.request.Request:
         req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
         if self.token:
             # unredirected: a redirect to a CDN or bucket must not carry the registry's token
             req.add_unredirected_header("Authorization", f"Bearer {self.token}")
         return req
 
-    def open(self, method: str, url: str, data=None, headers: dict | None = None, follow: bool = True):
+    def open(
+        self, method: str, url: str, data: bytes | None = None, headers: dict | None = None, follow: bool = True
+    ) -> http.client.HTTPResponse:
         """The response; answers one 401 Bearer challenge. `data` must be bytes (re-sendable) or None."""
         opener = urllib.request.build_opener() if follow else urllib.request.build_opener(_NoRedirect)
         try:
@@ -154,6 +160,7 @@ class Registry:
             raise ForkError(f"{self.remote}: the registry started an upload without a Location")
         location = urllib.parse.urljoin(self.base + "/", location)
         put_url = location + ("&" if "?" in location else "?") + urllib.parse.urlencode({"digest": digest})
+        data: bytes | IO[bytes]
         if isinstance(path_or_bytes, bytes):
             data, size = path_or_bytes, len(path_or_bytes)
         else:

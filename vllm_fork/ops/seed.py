@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.fs import sha256_file
+from vllm_fork.core.log import LogFn
 from vllm_fork.core.log import info as log_info
 from vllm_fork.core.zipraw import copy_raw
 from vllm_fork.ops.inputs import load_precompiled_members
@@ -52,7 +53,7 @@ def _wheel_record(src_zip: zipfile.ZipFile, names: set[str]) -> dict[str, tuple[
     return found if set(found) == names else None
 
 
-def make_artifact(wheel: Path, workdir: Path, log=log_info) -> Seeded:
+def make_artifact(wheel: Path, workdir: Path, log: LogFn = log_info) -> Seeded:
     """Raw-copy the precompiled members of `wheel` into a new zip in `workdir`."""
     start = time.perf_counter()
     with zipfile.ZipFile(wheel) as src_zip:

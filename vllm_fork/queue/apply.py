@@ -87,6 +87,8 @@ def _unexported_commits(tree: Path) -> list[str]:
     head = rev(tree, "HEAD")
     if not mark.exists() or head == mark.read_text().strip():
         return []
+    if head is None:  # an orphan branch, say: not the state apply left, so apply refuses, as it did
+        return ["HEAD names no commit"]
     base = mark.read_text().strip()
     if rev(tree, base) is None:
         return [head]

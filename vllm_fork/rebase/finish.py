@@ -11,7 +11,6 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
@@ -22,7 +21,7 @@ from vllm_fork.queue import check as check_mod
 from vllm_fork.queue.export import export
 from vllm_fork.rebase.classify import DROPPED, SKIPPED
 from vllm_fork.rebase.refresh import diff_change
-from vllm_fork.rebase.report import success_report
+from vllm_fork.rebase.report import Checks, success_report
 from vllm_fork.rebase.state import (
     ORIG_REF,
     SAVED,
@@ -40,18 +39,6 @@ from vllm_fork.wheel.build import seed_cache
 
 DEFAULT_TESTS = f"{shlex.quote(sys.executable)} -m pytest -q -m 'not slow' -p no:cacheprovider"
 BOT_NAME = "vllm-fork rebase"
-
-
-@dataclass
-class Checks:
-    check_problems: list[str]
-    tests_cmd: str
-    tests_rc: int | None  # None: not run
-    tests_summary: str
-    compiled_changed: list[str]
-    compiled_source: str
-    seconds: float = 0.0
-    seeded: str = ""  # the ops artifact made for the new release, when --seed made one
 
 
 def run_tests(root: Path, cmd: str) -> tuple[int | None, str]:
@@ -110,7 +97,7 @@ def _seed_if_needed(root: Path, tree: Path, state: RebaseState) -> str:
     return f"key {entry.key[:16]}… → {entry.file} ({seconds:.1f} s)"
 
 
-def finish(root: Path, state: RebaseState):
+def finish(root: Path, state: RebaseState) -> Outcome:
     changed = originals_changed(root)
     if changed:
         raise ForkError(

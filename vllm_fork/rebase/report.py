@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from vllm_fork.queue.apply import PatchFailure
 from vllm_fork.rebase.classify import CLEAN, CONFLICT, DROPPED, RESOLVED, SKIPPED, THREE_WAY, PatchResult
 from vllm_fork.rebase.state import RebaseState, new_pin_of, old_pin_of
 from vllm_fork.rebase.survey import GONE, Survey
-from vllm_fork.upstream.pin import Pin
+from vllm_fork.upstream.pin import Artifact, Pin
 
 _MARK = {
     CLEAN: "clean",
@@ -20,6 +22,20 @@ _MARK = {
     SKIPPED: "dropped by hand",
     GONE: "**target file gone**",
 }
+
+
+@dataclass
+class Checks:
+    """What `invoke rebase` checked after the last patch: the success report shows it."""
+
+    check_problems: list[str]
+    tests_cmd: str
+    tests_rc: int | None  # None: not run
+    tests_summary: str
+    compiled_changed: list[str]
+    compiled_source: str
+    seconds: float = 0.0
+    seeded: str = ""  # the ops artifact made for the new release, when --seed made one
 
 
 def _cell(text: str) -> str:
@@ -145,7 +161,7 @@ def _header(state: RebaseState, old: Pin, new: Pin, title: str) -> list[str]:
     ]
 
 
-def success_report(state: RebaseState, old: Pin, new: Pin, checks) -> str:
+def success_report(state: RebaseState, old: Pin, new: Pin, checks: Checks) -> str:
     results = state.results
     counts = {k: sum(r.outcome == k for r in results) for k in _MARK}
     summary = ", ".join(f"{n} {_MARK[k].strip('*')}" for k, n in counts.items() if n)
@@ -240,7 +256,7 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks) -> str:
     return "\n".join(out) + "\n"
 
 
-def conflict_report(state: RebaseState, failure, root: Path) -> str:
+def conflict_report(state: RebaseState, failure: PatchFailure, root: Path) -> str:
     old, new = old_pin_of(state), new_pin_of(state)
     stopped = state.results[-1]
     total = len(state.queue)
@@ -282,7 +298,7 @@ def conflict_report(state: RebaseState, failure, root: Path) -> str:
     return "\n".join(out)
 
 
-def _artifact(a) -> str:
+def _artifact(a: Artifact) -> str:
     return f"`{a.filename}`<br>sha256 `{a.sha256[:16]}…`" if a.filename else "— (not on the package index)"
 
 

@@ -275,6 +275,7 @@ def _run_queue(root: Path, state: RebaseState) -> Outcome:
         if result.outcome == CONFLICT:
             state.results = [r for r in state.results if r.name != result.name] + [result]
             state.save(root)
+            assert failure is not None, "classify returns git's failure with every conflict"
             report = conflict_report(state, failure, root)
             path = write_report(root, report)
             return Outcome(False, report, path, state)

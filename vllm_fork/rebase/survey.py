@@ -78,12 +78,11 @@ class _Scratch:
         return {"GIT_INDEX_FILE": str(index)}
 
     def git(
-        self, *args: str, index: Path | None = None, check: bool = False, input: str | bytes | None = None
+        self, *args: str, index: Path | None = None, check: bool = False, input: bytes | str | None = None
     ) -> subprocess.CompletedProcess:
-        if isinstance(input, bytes):
-            # Patch bytes in the file's own encoding: back to text the way core.git reads it.
-            input = input.decode("utf-8", "surrogateescape")
-        return git(self.dir, *args, env=self.env(index) if index else None, check=check, input=input)
+        # A one-hunk patch is bytes (its file's own encoding): subprocess takes bytes in byte mode only.
+        text = not isinstance(input, bytes)
+        return git(self.dir, *args, env=self.env(index) if index else None, check=check, input=input, text=text)
 
     def read_tree(self, index: Path, commit: str) -> None:
         self.git("read-tree", commit, index=index, check=True)

@@ -87,7 +87,11 @@ def resolve_target(old: Pin, to: str | None, latest: bool, source: str, files: l
             files = list_files(PROJECT)
         except ForkError:
             files = []
-    version = latest_version(files) if latest else to.removeprefix("v")
+    if latest:
+        version = latest_version(files)
+    else:
+        assert to, "checked above: exactly one of --to and --latest"
+        version = to.removeprefix("v")
     try:
         Version(version)
     except InvalidVersion:

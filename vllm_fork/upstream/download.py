@@ -74,7 +74,7 @@ def fetch_url(url: str | urllib.request.Request, dest: Path, sha256: str, timeou
             raise
         except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as exc:
             _discard(tmp)
-            if is_disk_full(exc):
+            if isinstance(exc, OSError) and is_disk_full(exc):
                 raise disk_full(exc, f"{dest.name} into {dest.parent}") from None
             last = exc
             if attempt < RETRIES:

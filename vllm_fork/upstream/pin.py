@@ -6,6 +6,7 @@ import re
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from vllm_fork.core.errors import ConfigError
 from vllm_fork.core.fs import plain_name, write_atomic
@@ -33,7 +34,7 @@ class Pin:
     sdist: Artifact
     wheel: Artifact
 
-    def with_changes(self, **changes) -> Pin:
+    def with_changes(self, **changes: Any) -> Pin:
         return replace(self, **changes)
 
 
@@ -59,17 +60,16 @@ def load_pin(root: Path = REPO_ROOT) -> Pin:
     return pin
 
 
-_MISSING = object()
-
-
-def _string(table: dict, key: str, path: Path, default=_MISSING, allow_empty: bool = False, where: str = "") -> str:
+def _string(
+    table: dict, key: str, path: Path, default: str | None = None, allow_empty: bool = False, where: str = ""
+) -> str:
     """`table[key]` as a string, or a ConfigError naming the file, the table and the key.
 
     TOML's `version = 0.33` is a float: accepted, it would name a wheel `vllm-0.33+fork...`.
     """
     place = f"[{where}] " if where else ""
     if key not in table:
-        if default is _MISSING:
+        if default is None:  # required
             raise ConfigError(f'{path}: {place}lacks `{key}` (add `{key} = "..."`)')
         return default
     value = table[key]

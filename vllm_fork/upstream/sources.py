@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import tarfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,7 @@ def upstream_repo() -> Path:
 
 
 @contextmanager
-def _locked(repo: Path):
+def _locked(repo: Path) -> Iterator[None]:
     """Serialize imports and fetches: two builds sharing a cache must not race."""
     with open(repo / "vllm-fork.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -79,7 +80,9 @@ def _fast_import_stream(sdist: Path, message: str, ref: str) -> bytes:
                 entries[rel] = ("120000", m.linkname.encode())
             else:
                 mode = "100755" if m.mode & 0o111 else "100644"
-                entries[rel] = (mode, tar.extractfile(m).read())
+                member = tar.extractfile(m)
+                assert member is not None, f"{m.name} is a regular file"  # tarfile gives None for others only
+                entries[rel] = (mode, member.read())
     msg = message.encode()
     parts = [
         (
@@ -141,6 +144,11 @@ def _fetch_git(pin: Pin, repo: Path, remote: str) -> str:
                 "`--source pypi`."
             )
         commit = rev(repo, ref)
+        if commit is None:  # fetched, but what the ref names does not peel to a commit
+            git(repo, "update-ref", "-d", ref)
+            raise ForkError(
+                f"{want} on {remote} is not a commit. Nothing was changed; check the remote and upstream.toml."
+            )
     if pin.commit and not commit.startswith(pin.commit):
         git(repo, "update-ref", "-d", ref)
         raise ForkError(

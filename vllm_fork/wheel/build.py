@@ -31,11 +31,11 @@ from vllm_fork.queue.apply import UPSTREAM_REF
 from vllm_fork.queue.treelock import locked
 from vllm_fork.upstream.pin import Pin, load_pin
 from vllm_fork.wheel import provenance
-from vllm_fork.wheel.buildenv import ensure_build_env
+from vllm_fork.wheel.buildenv import BuildEnv, ensure_build_env
 from vllm_fork.wheel.fast import blockers, build_fast
 from vllm_fork.wheel.metadata import wheel_metadata
 from vllm_fork.wheel.precompiled import build_compiled, build_precompiled, cuda_toolkit, nvcc_version
-from vllm_fork.wheel.version import series_id
+from vllm_fork.wheel.version import SeriesId, series_id
 
 ROUTES = ("auto", "fast", "precompiled")
 
@@ -287,24 +287,24 @@ def _build(root: Path, route: str, apply: bool, source: str | None, out_dir: Pat
 
 
 def _write_provenance(
-    wheel,
-    version,
-    pin,
-    base,
-    head,
-    sid,
-    key,
-    upstream_key,
-    touches,
-    entry,
-    taken,
-    reasons,
-    cache,
-    env,
-    nvcc,
-    timer,
-    root,
-    tree,
+    wheel: Path,
+    version: str,
+    pin: Pin,
+    base: str,
+    head: str,
+    sid: SeriesId,
+    key: OpsKey,
+    upstream_key: OpsKey,
+    touches: list[Touch],
+    entry: opscache.Entry,
+    taken: str,
+    reasons: list[str],
+    cache: str,
+    env: BuildEnv,
+    nvcc: str | None,
+    timer: _Timer,
+    root: Path,
+    tree: Path,
 ) -> tuple[Path, dict]:
     """The wheel's provenance record, written beside it (last: a reader seeing it sees the wheel)."""
     record = {

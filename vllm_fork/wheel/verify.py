@@ -148,7 +148,7 @@ def _verify(
     return report
 
 
-def members_of(found) -> set[str]:
+def members_of(found: tuple[opscache.Entry, Path] | None) -> set[str]:
     """The compiled members' names (checked against the artifact, not upstream's wheel)."""
     if found is None:
         return set()
