@@ -11,6 +11,7 @@ import socket
 
 import pytest
 import torch
+from vlm_checkpoint import VISION  # the same 8B tower the engine tests build
 
 pytestmark = [
     pytest.mark.gpu,
@@ -33,21 +34,7 @@ def vision_config(**overrides: object):
         Qwen3VLVisionConfig,
     )
 
-    params = {
-        "depth": 27,
-        "hidden_size": 1152,
-        "num_heads": 16,
-        "intermediate_size": 4304,
-        "out_hidden_size": 4096,
-        "deepstack_visual_indexes": [8, 16, 24],
-        "num_position_embeddings": 2304,
-        "patch_size": 16,
-        "temporal_patch_size": 2,
-        "spatial_merge_size": 2,
-        "in_channels": 3,
-        "hidden_act": "gelu_pytorch_tanh",
-    }
-    params.update(overrides)
+    params = {**VISION, **overrides}
     return Qwen3VLVisionConfig(**params)
 
 
