@@ -15,10 +15,13 @@ import os
 import shutil
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+from vllm_fork.core.errors import ConfigError
 
 CHUNK = 1 << 20
 
@@ -152,3 +155,13 @@ def plain_name(name: object, what: str) -> str:
     ):
         raise ValueError(f"{what} {name!r} is not a plain file name (no directories, no `..`)")
     return name
+
+
+def read_toml(path: Path, missing: str) -> dict[str, Any]:
+    """A TOML file's table; a missing or invalid file is a ConfigError naming it (`missing` says why it matters)."""
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path} is missing: {missing}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None

@@ -11,12 +11,12 @@ from __future__ import annotations
 import functools
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core.errors import ConfigError
+from vllm_fork.core.fs import read_toml
 from vllm_fork.core.paths import REPO_ROOT
 
 INPUTS_FILE = Path("ops-cache") / "compiled-inputs.txt"
@@ -77,10 +77,7 @@ def load_params(root: Path = REPO_ROOT, environ: Mapping[str, str] | None = None
     """The build parameters; TORCH_CUDA_ARCH_LIST from the environment overrides the file's."""
     environ = os.environ if environ is None else environ
     path = root / PARAMS_FILE
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path} is missing: it holds the build parameters of the ops key") from None
+    data = read_toml(path, "it holds the build parameters of the ops key")
     missing = [n for n in PARAM_NAMES if n not in data]
     if missing:
         raise ConfigError(f"{path} lacks {', '.join(missing)}")
@@ -92,12 +89,7 @@ def load_params(root: Path = REPO_ROOT, environ: Mapping[str, str] | None = None
 
 def _load_toml(root: Path, name: Path, what: str, keys: tuple[str, ...]) -> dict:
     path = root / name
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path} is missing: it lists {what}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    data = read_toml(path, f"it lists {what}")
     missing = [k for k in keys if k not in data]
     if missing:
         raise ConfigError(f"{path} lacks {', '.join(missing)}")

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from vllm_fork.core.errors import ConfigError
-from vllm_fork.core.fs import plain_name, write_atomic
+from vllm_fork.core.fs import plain_name, read_toml, write_atomic
 from vllm_fork.core.paths import REPO_ROOT
 
 PIN_FILE = "upstream.toml"
@@ -40,12 +39,7 @@ class Pin:
 
 def load_pin(root: Path = REPO_ROOT) -> Pin:
     path = root / PIN_FILE
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"no pin: {path} is missing") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    data = read_toml(path, "it is the pin (the vLLM release the queue applies to)")
     pin = Pin(
         version=_string(data, "version", path),
         tag=_string(data, "tag", path, allow_empty=True),
