@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
+from support.fork_copy import queue_checkout
 
 from vllm_fork.core.git import git
 from vllm_fork.core.paths import REPO_ROOT
@@ -33,25 +32,6 @@ from vllm_fork.upstream.sources import ensure_upstream
 
 REPO = REPO_ROOT
 pytestmark = pytest.mark.slow
-
-
-def fork_copy(dest: Path) -> Path:
-    """A git checkout holding this repository's queue and pin (the shared cache is reused)."""
-    dest.mkdir()
-    shutil.copytree(REPO / "patches", dest / "patches")
-    shutil.copy2(REPO / "upstream.toml", dest / "upstream.toml")
-    shutil.copytree(REPO / "ops-cache", dest / "ops-cache")
-    (dest / ".gitignore").write_text("/build/\n")
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    for cmd in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "fork"]):
-        subprocess.run(["git", "-C", str(dest), *cmd], check=True, env=env, capture_output=True)
-    return dest
 
 
 def strict_outcomes(tree: Path, upstream: str, patches: list[Path]) -> list[str]:
@@ -78,7 +58,7 @@ def test_real_release_hop_and_back(tmp_path):
     files = list_files("vllm")
     pin = load_pin(REPO)
     previous = str([v for v in release_versions(files) if v < Version(pin.version)][-1])
-    root = fork_copy(tmp_path / "fork")
+    root = queue_checkout(tmp_path / "fork")
     queue.apply(root)
     original = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
     original_pin = (root / "upstream.toml").read_bytes()

@@ -9,11 +9,10 @@ rebase then stops at the first conflict with that whole forecast at the top.
 from __future__ import annotations
 
 import hashlib
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from support.fork_copy import commit_all, queue_checkout
 from support.scale_queue import generate
 
 from vllm_fork.core.git import out
@@ -26,24 +25,8 @@ from vllm_fork.rebase.target import resolve_target
 from vllm_fork.upstream.pin import load_pin
 from vllm_fork.upstream.sources import ensure_upstream
 
-REPO = Path(__file__).resolve().parents[2]
 TARGET = "0.32.0"
 pytestmark = pytest.mark.slow
-
-
-def fork_copy(dest: Path) -> Path:
-    dest.mkdir()
-    shutil.copytree(REPO / "patches", dest / "patches")
-    shutil.copy2(REPO / "upstream.toml", dest / "upstream.toml")
-    shutil.copytree(REPO / "ops-cache", dest / "ops-cache")
-    (dest / ".gitignore").write_text("/build/\n")
-    return dest
-
-
-def commit_all(root: Path, message: str) -> None:
-    ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
-    for cmd in (["add", "-A"], [*ident, "commit", "-qm", message]):
-        subprocess.run(["git", "-C", str(root), *cmd], check=True, capture_output=True)
 
 
 def digest(root: Path) -> str:
@@ -54,9 +37,7 @@ def digest(root: Path) -> str:
 
 
 def test_survey_of_a_102_patch_queue_reports_every_failure_at_once(tmp_path):
-    root = fork_copy(tmp_path / "fork")
-    subprocess.run(["git", "-C", str(root), "init", "-q", "-b", "main"], check=True)
-    commit_all(root, "fork")
+    root = queue_checkout(tmp_path / "fork")
     tree = root / "build" / "vllm"
     queue.apply(root)
     pin = load_pin(root)

@@ -28,6 +28,25 @@ def copy_repository(dest: Path) -> Path:
     return dest
 
 
+def queue_checkout(dest: Path) -> Path:
+    """A git checkout (branch main, one commit) holding this repository's queue, pin and ops cache:
+    what the rebase tests change; the shared cache is reused."""
+    dest.mkdir()
+    shutil.copytree(REPO_ROOT / "patches", dest / "patches")
+    shutil.copy2(REPO_ROOT / "upstream.toml", dest / "upstream.toml")
+    shutil.copytree(REPO_ROOT / "ops-cache", dest / "ops-cache")
+    (dest / ".gitignore").write_text("/build/\n")
+    commit_all(dest, "fork", init=True)
+    return dest
+
+
+def commit_all(root: Path, message: str, init: bool = False) -> None:
+    if init:
+        git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", message)
+
+
 def fork_with_wheel(dest: Path):
     """The copy, its patched tree and the BuildResult of the real fast-route build."""
     root = copy_repository(dest)

@@ -16,6 +16,14 @@ from vllm_fork.queue.export import export as export_queue
 from vllm_fork.upstream.pin import Artifact, Pin, save_pin
 
 
+def isolate(tmp: Path, monkeypatch) -> None:
+    """A private cache and an empty package index: no rebase test touches the network or shared state."""
+    monkeypatch.setenv("VLLM_FORK_CACHE", str(tmp / "cache"))
+    (tmp / "empty-index").mkdir()
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp / "empty-index").as_uri() + "/")
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+
+
 def config_py(overrides: dict[int, str] | None = None) -> str:
     overrides = overrides or {}
     return "".join(overrides.get(i, f"OPTION_{i} = {i}\n") for i in range(40))

@@ -6,7 +6,16 @@ import subprocess
 import sys
 
 import pytest
-from support.rebase_world import BASE_FILES, config_py, file_index, make_world, sdist_bytes, sh, two_patch_world
+from support.rebase_world import (
+    BASE_FILES,
+    config_py,
+    file_index,
+    isolate,
+    make_world,
+    sdist_bytes,
+    sh,
+    two_patch_world,
+)
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.paths import REPO_ROOT
@@ -20,11 +29,7 @@ REPO = REPO_ROOT
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
-    """A private cache and an empty package index: no test touches the network or shared state."""
-    monkeypatch.setenv("VLLM_FORK_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "empty-index").mkdir()
-    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "empty-index").as_uri() + "/")
-    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    isolate(tmp_path, monkeypatch)
 
 
 def opts(**kw) -> Options:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from support.rebase_world import BASE_FILES, config_py, make_world, sh, two_patch_world, write_files
+from support.rebase_world import BASE_FILES, config_py, isolate, make_world, sh, two_patch_world, write_files
 
 from vllm_fork.core.paths import cache_dir
 from vllm_fork.queue import check as check_mod
@@ -17,11 +17,7 @@ from vllm_fork.upstream.pin import load_pin
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
-    """A private cache and an empty package index: no test touches the network or shared state."""
-    monkeypatch.setenv("VLLM_FORK_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "empty-index").mkdir()
-    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "empty-index").as_uri() + "/")
-    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    isolate(tmp_path, monkeypatch)
 
 
 def opts(**kw) -> Options:
