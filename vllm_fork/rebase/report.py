@@ -10,7 +10,7 @@ from packaging.version import InvalidVersion, Version
 from vllm_fork.queue.apply import PatchFailure
 from vllm_fork.rebase.classify import CLEAN, CONFLICT, DROPPED, RESOLVED, SKIPPED, THREE_WAY, PatchResult
 from vllm_fork.rebase.state import RebaseState, new_pin_of, old_pin_of
-from vllm_fork.rebase.survey import GONE, Survey
+from vllm_fork.rebase.survey import GONE, Forecast, Survey
 from vllm_fork.upstream.pin import Artifact, Pin
 
 _MARK = {
@@ -67,6 +67,15 @@ def _table(results: list[PatchResult]) -> list[str]:
     return lines
 
 
+def _by_patch(forecasts: list[Forecast], field: str) -> list[str]:
+    """A bullet per patch with its `field` lines (blame, lost content) below it."""
+    out = []
+    for f in forecasts:
+        out.append(f"- **{f.subject}** (`{f.name}`)")
+        out += [f"  - {line}" for line in getattr(f, field)]
+    return out + [""]
+
+
 def forecast_section(survey: Survey, results: list[PatchResult] | None = None) -> list[str]:
     """The survey's forecast for every patch; with `results`, what actually happened so far."""
     fc = survey.forecasts
@@ -117,20 +126,13 @@ def forecast_section(survey: Survey, results: list[PatchResult] | None = None) -
     if survey.blame_note:
         out += [survey.blame_note, ""]
     elif blamed:
-        out += ["Upstream commits between the two pins that touched the lines of each conflicting or 3-way hunk:", ""]
-        for f in blamed:
-            out.append(f"- **{f.subject}** (`{f.name}`)")
-            out += [f"  - {b}" for b in f.blame]
-        out.append("")
+        heading = "Upstream commits between the two pins that touched the lines of each conflicting or 3-way hunk:"
+        out += [heading, ""] + _by_patch(blamed, "blame")
     else:
         out += ["No conflicting or 3-way hunk to blame.", ""]
     lost = [f for f in fc if f.lost]
     if lost:
-        out += ["## Upstream content loss (forecast)", ""]
-        for f in lost:
-            out.append(f"- **{f.subject}** (`{f.name}`)")
-            out += [f"  - {ln}" for ln in f.lost]
-        out.append("")
+        out += ["## Upstream content loss (forecast)", ""] + _by_patch(lost, "lost")
     return out
 
 
