@@ -135,11 +135,11 @@ def main() -> None:
     parser.add_argument("--command", help="the command to record (default: argv)")
     args = parser.parse_args()
     import torch
-    from vlm_checkpoint import make_qwen3_vl_checkpoint
+    from vlm_checkpoint import make_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        checkpoint = make_qwen3_vl_checkpoint(workdir / "qwen3-vl")
+        checkpoint = make_checkpoint("qwen3_vl", workdir / "qwen3-vl")
         results = {m: probe(checkpoint, m, args.repeats, workdir) for m in ("resident", "streamed")}
     for r in results.values():
         r.pop("compared", None)

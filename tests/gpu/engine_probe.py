@@ -26,12 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vlm_checkpoint import image_of_tokens  # noqa: E402
+from vlm_checkpoint import family_of, image_of_tokens  # noqa: E402
 
 MiB = 1 << 20
 VISION_TOKENS = "<|vision_start|><|image_pad|><|vision_end|>"
 
-# Image sizes in tokens (each a 32x32-pixel merge of four 16-pixel patches).
+# Image sizes in tokens (each a 2x2 merge of the tower's patches).
 COMPARED_IMAGES = [[2223], [64, 256], [1024], [256, 64, 768]]
 GROWTH_SIZES = [64, 256, 1024, 2223, 128, 512, 768, 1536]
 
@@ -63,8 +63,8 @@ def mode_kwargs(mode: str) -> dict:
     return {}
 
 
-def image_prompt(sizes: list[int], seed: int) -> dict:
-    images = [image_of_tokens(tokens, seed=seed * 10 + i) for i, tokens in enumerate(sizes)]
+def image_prompt(sizes: list[int], seed: int, family: str) -> dict:
+    images = [image_of_tokens(tokens, seed=seed * 10 + i, family=family) for i, tokens in enumerate(sizes)]
     prompt = (
         "<|im_start|>user\n"
         + VISION_TOKENS * len(sizes)
@@ -117,6 +117,7 @@ def run(checkpoint: str, mode: str, cudagraphs: bool, requests: int, repeats: in
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     from vllm import LLM, SamplingParams
 
+    family = family_of(Path(checkpoint))
     rss_before = _rss_bytes()
     started = time.perf_counter()
     llm = LLM(
@@ -134,7 +135,7 @@ def run(checkpoint: str, mode: str, cudagraphs: bool, requests: int, repeats: in
     rss_after_load = _rss_bytes()
 
     greedy = SamplingParams(temperature=0.0, max_tokens=8, prompt_logprobs=0, logprobs=0)
-    prompts = [image_prompt(sizes, seed=i) for i, sizes in enumerate(COMPARED_IMAGES)]
+    prompts = [image_prompt(sizes, seed=i, family=family) for i, sizes in enumerate(COMPARED_IMAGES)]
     prompts.append({"prompt": "<|im_start|>user\nHello there.<|im_end|>\n<|im_start|>assistant\n"})
     outputs = llm.generate(prompts, greedy, use_tqdm=False)
     compared = [
@@ -153,20 +154,21 @@ def run(checkpoint: str, mode: str, cudagraphs: bool, requests: int, repeats: in
     allocated = []
     for i in range(requests):
         size = GROWTH_SIZES[i % len(GROWTH_SIZES)]
-        llm.generate([image_prompt([size], seed=100 + i)], greedy, use_tqdm=False)
+        llm.generate([image_prompt([size], seed=100 + i, family=family)], greedy, use_tqdm=False)
         allocated.append(llm.collective_rpc(_gpu_allocated)[0])
 
     latency = []
     for i in range(repeats):
-        prompt = image_prompt([2223], seed=1000 + i)  # a new image each time
+        prompt = image_prompt([2223], seed=1000 + i, family=family)  # a new image each time
         for max_tokens in (1, 16):
             params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
             t0 = time.perf_counter()
             llm.generate([prompt], params, use_tqdm=False)
             latency.append({"max_tokens": max_tokens, "seconds": time.perf_counter() - t0})
-            prompt = image_prompt([2223], seed=2000 + i)
+            prompt = image_prompt([2223], seed=2000 + i, family=family)
 
     return {
+        "family": family,
         "mode": mode,
         "cudagraphs": cudagraphs,
         "startup_s": startup_s,

@@ -1,11 +1,13 @@
 """`--offload-towers` through vLLM's own `LLM` engine, resident vs streamed.
 
-A Qwen3-VL checkpoint made here (a full-size 8B vision tower, 1099 MiB bf16;
-a 2-layer text model; dummy weights), one engine per subprocess
-(`engine_probe.py`). The prompt logprobs depend on the image embeddings, so
+Checkpoints made here (`vlm_checkpoint.py`; dummy weights, a 2-layer text
+model): Qwen3-VL with its full-size 8B vision tower (1099 MiB bf16), eager and
+with decoder CUDA graphs, and Qwen2.5-VL with its full-size 7B tower (a
+second family, whose `device` follows a weight), eager. One engine per
+subprocess (`engine_probe.py`). The prompt logprobs depend on the image embeddings, so
 equal logprobs prove the streamed encoder computes the same output as the
 resident one inside the real engine. Figures go to `$VLLM_FORK_RESULTS`
-(when set) as `engine_<graphs>.json`.
+(when set) as `engine_<family>_<graphs>.json`.
 """
 
 from __future__ import annotations
@@ -29,11 +31,17 @@ MiB = 1 << 20
 
 
 @pytest.fixture(scope="session")
-def checkpoint(tmp_path_factory) -> Path:
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """One checkpoint per family, made when first asked for."""
     sys.path.insert(0, str(HERE))
-    from vlm_checkpoint import make_qwen3_vl_checkpoint
+    from vlm_checkpoint import make_checkpoint
 
-    return make_qwen3_vl_checkpoint(tmp_path_factory.mktemp("qwen3-vl"))
+    class Checkpoints(dict):
+        def __missing__(self, family: str) -> Path:
+            self[family] = make_checkpoint(family, tmp_path_factory.mktemp(family))
+            return self[family]
+
+    return Checkpoints()
 
 
 def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600) -> dict:
@@ -67,11 +75,16 @@ def record(name: str, data: dict) -> None:
         Path(directory, name).write_text(json.dumps(data, indent=1))
 
 
-@pytest.fixture(scope="module", params=["eager", "cudagraphs"])
-def engines(request, checkpoint) -> dict[str, dict]:
-    extra = ("--cudagraphs",) if request.param == "cudagraphs" else ()
-    results = {mode: run_probe(checkpoint, mode, *extra) for mode in ("resident", "streamed")}
-    record(f"engine_{request.param}.json", results)
+@pytest.fixture(
+    scope="module",
+    params=[("qwen3_vl", "eager"), ("qwen3_vl", "cudagraphs"), ("qwen2_5_vl", "eager")],
+    ids=lambda p: "-".join(p),
+)
+def engines(request, checkpoints) -> dict[str, dict]:
+    family, graphs = request.param
+    extra = ("--cudagraphs",) if graphs == "cudagraphs" else ()
+    results = {mode: run_probe(checkpoints[family], mode, *extra) for mode in ("resident", "streamed")}
+    record(f"engine_{family}_{graphs}.json", results)
     return results
 
 
@@ -87,7 +100,7 @@ def test_same_tokens_and_prompt_logprobs(engines):
 def test_weights_on_gpu_shrink_by_the_tower(engines):
     resident, streamed = engines["resident"], engines["streamed"]
     tower = resident["tower_param_bytes"]
-    assert tower > 1000 * MiB  # the full-size 8B tower
+    assert tower > 1000 * MiB  # a full-size tower
     saved = resident["weights_bytes"] - streamed["weights_bytes"]
     print(
         f"\n[engine] tower {tower / MiB:.1f} MiB; weights on GPU "

@@ -38,9 +38,9 @@ def record(name: str, data: dict) -> None:
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
-    from vlm_checkpoint import make_qwen3_vl_checkpoint
+    from vlm_checkpoint import make_checkpoint
 
-    return make_qwen3_vl_checkpoint(tmp_path_factory.mktemp("qwen3-vl"))
+    return make_checkpoint("qwen3_vl", tmp_path_factory.mktemp("qwen3-vl"))
 
 
 def chat(client, model: str, image_url: str, max_tokens: int = 8):
