@@ -82,7 +82,7 @@ class Repeats:
 
     warmup: int = 2
     target_ms: float = 800.0
-    min_iters: int = 7
+    min_iters: int = 5
     max_iters: int = 30
 
     def iters_for(self, one_ms: float) -> int:

@@ -385,7 +385,6 @@ def h2d_floor(streamed: Any, setup: Setup) -> dict[str, Any]:
     arena_bulk = eb.copy_ms([arena.host], dest, setup.device, iters)
     per_unit = eb.copy_ms([u.host for u in streamed.units], dest, setup.device, iters)
     del dest, pinned
-    eb.release_memory(setup.device)
     nbytes = arena.nbytes
     return {
         "bytes": nbytes,
@@ -522,7 +521,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, default=420.0, help="cases past this are skipped, not run")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--target-ms", type=float, default=800.0, help="timed runs per case fill about this")
-    parser.add_argument("--min-iters", type=int, default=7)
+    parser.add_argument("--min-iters", type=int, default=5)
     parser.add_argument("--max-iters", type=int, default=30)
     parser.add_argument("--copy-iters", type=int, default=20)
     return parser.parse_args(argv)

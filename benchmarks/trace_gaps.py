@@ -194,7 +194,9 @@ def _describe_gap(
     elif compute_share > 0.5:
         cause = "copy waited on compute (slot reuse or order)"
     else:
-        cause = "device idle: waiting on the host"
+        # Issued in time, no compute to wait for: what is left is the copy
+        # engine's own start-up, or host/device clock skew in the trace.
+        cause = "issued in time, compute idle: copy start-up latency"
     return {
         "encode": encode,
         "after_copy": index,
@@ -256,7 +258,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
     if summary["gaps"]:
         lines += [
             "",
-            "| encode | after copy | gap (us) | MiB before / after | next copy issued (us after gap start) "
+            "| encode | after copy | gap (us) | MiB before / after | next copy issued, us after the gap's start (< 0: before) "
             "| compute busy in gap | host between the two launches | host syncs (us) | likely cause |",
             "| ---: | ---: | ---: | --- | ---: | ---: | --- | ---: | --- |",
         ]
