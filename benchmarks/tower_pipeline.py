@@ -526,7 +526,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--min-iters", type=int, default=5)
     parser.add_argument("--max-iters", type=int, default=30)
     parser.add_argument("--copy-iters", type=int, default=20)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    names = {c.name for c in CASES}
+    args.tower_list = [t for t in args.towers.split(",") if t]
+    args.lookahead_list = [int(x) for x in args.lookaheads.split(",") if x]
+    if not args.tower_list or not set(args.tower_list) <= set(TOWERS):
+        parser.error(f"--towers: a comma-separated subset of {','.join(TOWERS)}")
+    if not args.lookahead_list or min(args.lookahead_list) < 1:
+        parser.error("--lookaheads: positive integers, e.g. 1,2,3")
+    args.profile_at = None
+    if args.profile != "none":
+        parts = args.profile.split(":")
+        if len(parts) != 3 or parts[0] not in TOWERS or parts[1] not in names or not parts[2].isdigit():
+            parser.error(
+                f"--profile: TOWER:CASE:LOOKAHEAD (towers {','.join(TOWERS)}; cases {','.join(sorted(names))})"
+            )
+        args.profile_at = (parts[0], parts[1], int(parts[2]))
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -537,6 +553,8 @@ def main(argv: list[str] | None = None) -> None:
         from vllm_cpu import ensure_tree, import_on_cpu
 
         import_on_cpu(ensure_tree())
+        # Tiny ops: one thread runs them faster than a pool (and shares a CI machine better).
+        torch.set_num_threads(1)
         setup = Setup(torch.device("cpu"), torch.float32, True, eb.Repeats(1, 0.0, 1, 1), copy_iters=2)
     else:
         if not torch.cuda.is_available():
@@ -549,9 +567,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args: argparse.Namespace, setup: Setup) -> None:
     budget = Budget(args.budget_s)
-    towers = [t for t in args.towers.split(",") if t]
-    lookaheads = [int(x) for x in args.lookaheads.split(",") if x]
-    profile = None if args.profile == "none" else args.profile.split(":")
+    towers, lookaheads, profile = args.tower_list, args.lookahead_list, args.profile_at
     report: dict[str, Any] = {
         "command": shlex.join(["python3", *sys.argv]),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -584,7 +600,7 @@ def run(args: argparse.Namespace, setup: Setup) -> None:
         result = {"config": setup.vision(tower), **facts, "resident": resident, "streamed": {}}
         report["towers"][tower] = result
         for lookahead in lookaheads:
-            wanted = profile and profile[0] == tower and int(profile[2]) == lookahead
+            wanted = profile is not None and profile[0] == tower and profile[2] == lookahead
             result["streamed"][str(lookahead)] = streamed_phase(
                 tower,
                 lookahead,
