@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gzip
+import json
 import shlex
 import sys
 import tempfile
@@ -458,7 +459,7 @@ def rows_of(tower: str, result: dict[str, Any], setup: Setup) -> list[dict[str, 
     result["floor_gb_per_s"] = eb.gb_per_s(nbytes, floor_ms) if floor_ms else None
     rows = []
     for case in CASES:
-        resident = result["resident"][case.name]
+        resident = result["resident"].get(case.name, {"status": "skipped"})
         for lookahead, phase in result["streamed"].items():
             streamed = phase["cases"].get(case.name, {"status": "skipped"})
             row: dict[str, Any] = {"tower": tower, "case": case.name, "lookahead": int(lookahead)}
@@ -590,6 +591,7 @@ def run(args: argparse.Namespace, setup: Setup) -> None:
             }
             for c in CASES
         ],
+        "complete": False,  # True once every phase has run
         "towers": {},
         "rows": [],
     }
@@ -599,6 +601,7 @@ def run(args: argparse.Namespace, setup: Setup) -> None:
         resident, references, facts = resident_phase(tower, setup, inputs, budget)
         result = {"config": setup.vision(tower), **facts, "resident": resident, "streamed": {}}
         report["towers"][tower] = result
+        save(report, setup, args.out_dir, budget)
         for lookahead in lookaheads:
             wanted = profile is not None and profile[0] == tower and profile[2] == lookahead
             result["streamed"][str(lookahead)] = streamed_phase(
@@ -611,22 +614,25 @@ def run(args: argparse.Namespace, setup: Setup) -> None:
                 (profile[1], args.profile_encodes) if wanted else None,
                 args.out_dir,
             )
-            save(report, args.out_dir, budget)
-        report["rows"] += rows_of(tower, result, setup)
+            save(report, setup, args.out_dir, budget)
         del references, inputs
         eb.release_memory(setup.device)
-    report["targets"] = targets(report["rows"])
-    save(report, args.out_dir, budget)
-    print(render_markdown(report))
+    report["complete"] = True
+    print(save(report, setup, args.out_dir, budget))
 
 
-def save(report: dict[str, Any], out_dir: Path, budget: Budget) -> None:
-    import json
+def save(report: dict[str, Any], setup: Setup, out_dir: Path, budget: Budget) -> str:
+    """Write the JSON and the Markdown of what is measured so far; return the Markdown.
 
+    Called after every phase, so a run cut short keeps its results.
+    """
     report["wall_s"] = round(budget.spent(), 1)
+    report["rows"] = [row for name, result in report["towers"].items() for row in rows_of(name, result, setup)]
+    report["targets"] = targets(report["rows"])
+    markdown = render_markdown(report)
     eb.write_atomic(out_dir / "tower_pipeline.json", json.dumps(report, indent=2) + "\n")
-    if "targets" in report:
-        eb.write_atomic(out_dir / "tower_pipeline.md", render_markdown(report))
+    eb.write_atomic(out_dir / "tower_pipeline.md", markdown)
+    return markdown
 
 
 # -- the Markdown -------------------------------------------------------------
@@ -650,7 +656,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"Command: `{report['command']}`",
         "",
         f"{where}; torch {m['torch']}, CUDA {m['cuda']}, Python {m['python']}, {m['host']}; "
-        f"{report['when']}; {report['wall_s']} s."
+        f"{report['when']}; {report['wall_s']} s"
+        + ("." if report["complete"] else " so far: an INCOMPLETE run (it stopped or is still running).")
         + (
             " vLLM's Python tree with pure-torch stand-ins for its compiled extensions "
             "(../shared/gpu): SDPA attention, not FlashAttention, so compute is slower "

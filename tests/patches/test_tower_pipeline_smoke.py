@@ -32,10 +32,15 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def smoke_run(vllm_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("tower_pipeline")
+    return run_smoke(vllm_tree, out)
+
+
+def run_smoke(tree: Path, out: Path, *options: str) -> tuple[dict, str]:
+    """The benchmark's command line with --smoke, against `tree`; its JSON and Markdown."""
     proc = subprocess.run(
-        [sys.executable, str(BENCHMARK), "--smoke", "--out-dir", str(out)],
+        [sys.executable, str(BENCHMARK), "--smoke", "--out-dir", str(out), *options],
         cwd=REPO,
-        env={**os.environ, "VLLM_FORK_TREE": str(vllm_tree)},
+        env={**os.environ, "VLLM_FORK_TREE": str(tree)},
         capture_output=True,
         text=True,
         timeout=600,
@@ -85,7 +90,21 @@ def test_the_profile_and_the_markdown_are_written(smoke_run):
     assert "error" not in profile, profile.get("traceback")
     assert profile["case"] == "image-64" and profile["encodes"] == 5
     assert profile["summary"]["streams"] == []  # the CPU has no device streams
-    assert report["machine"]["device"] == "cpu" and report["smoke"] is True
+    assert report["machine"]["device"] == "cpu" and report["smoke"] is True and report["complete"] is True
     assert "streamed / max(resident, floor)" in markdown
     assert "## Profile: 2B tower" in markdown
     assert markdown.count("| 2B | one image") == 6 and markdown.count("| 8B |") >= 11
+
+
+def test_cases_past_the_time_budget_are_recorded_as_skipped(vllm_tree: Path, tmp_path: Path):
+    """The H200 run's safety net: past --budget-s nothing more runs, and the results are still written."""
+    report, markdown = run_smoke(
+        vllm_tree, tmp_path, "--budget-s", "0", "--towers", "8B", "--lookaheads", "2", "--profile", "8B:image-64:2"
+    )
+    tower = report["towers"]["8B"]
+    assert {r["status"] for r in tower["resident"].values()} == {"skipped"}
+    assert {r["status"] for r in tower["streamed"]["2"]["cases"].values()} == {"skipped"}
+    assert "profile" not in tower["streamed"]["2"]
+    assert len(report["rows"]) == len(report["cases"]) and {r["status"] for r in report["rows"]} == {"skipped"}
+    assert report["complete"] is True and report["targets"]["measured"] == 0
+    assert f"{len(report['cases'])} rows skipped" in markdown
