@@ -420,9 +420,10 @@ def profile_case(
         eb.synchronize(setup.device)
         with profile(activities=activities) as prof:
             for i in range(encodes):
+                # The range covers the host's issuing only; the wait for the device follows it.
                 with record_function(f"{trace_gaps.ENCODE_PREFIX} {i}"):
                     run()
-                    eb.synchronize(setup.device)
+                eb.synchronize(setup.device)
         with tempfile.TemporaryDirectory() as tmp:
             raw = Path(tmp) / "trace.json"
             prof.export_chrome_trace(str(raw))

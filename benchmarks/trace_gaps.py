@@ -154,8 +154,47 @@ def summarize(events: list[dict[str, Any]], top: int = 8) -> dict[str, Any]:
         "gap_median_us": statistics.median(gap_us) if gap_us else 0.0,
         "first_copy_after_encode_start_us": _first_copy_lead(copies, encodes, launches),
     }
+    summary["per_encode"] = _encode_timeline(encodes, device, launches, syncs, copy_stream, compute_stream)
     summary["gaps"] = sorted(gaps, key=lambda g: -g["gap_us"])[:top]
     return summary
+
+
+def _encode_timeline(
+    encodes: list[tuple[float, float]],
+    device: list[dict[str, Any]],
+    launches: dict[Any, dict[str, Any]],
+    syncs: list[dict[str, Any]],
+    copy_stream: Any,
+    compute_stream: Any,
+) -> dict[str, float] | None:
+    """Medians over the encodes, from each encode's host start: when the host had
+    issued its last device work, when the device finished, how long each stream
+    was busy, how long the host sat in synchronizing calls."""
+    rows: list[dict[str, float]] = []
+    for start, stop in encodes:
+        mine = [
+            (e, float(launch["ts"]))
+            for e in device
+            if (launch := launches.get(_correlation(e))) is not None and start <= float(launch["ts"]) <= stop
+        ]
+        if not mine:
+            continue
+
+        def busy(stream: Any, mine: list[tuple[dict[str, Any], float]] = mine) -> float:
+            return _union_us([(float(e["ts"]), _end(e)) for e, _ in mine if _stream(e) == stream])
+
+        rows.append(
+            {
+                "host_issued_last_work_us": max(at for _, at in mine) - start,
+                "device_done_us": max(_end(e) for e, _ in mine) - start,
+                "copy_stream_busy_us": busy(copy_stream),
+                "compute_stream_busy_us": busy(compute_stream),
+                "host_sync_us": sum(float(e.get("dur", 0.0)) for e in syncs if start <= float(e["ts"]) <= stop),
+            }
+        )
+    if not rows:
+        return None
+    return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
 
 
 def _describe_gap(
@@ -255,6 +294,17 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"{copies['gap_total_us'] / 1e3:.2f} ms (median {copies['gap_median_us']:.0f} us); first copy starts "
         + (f"{lead:.0f} us after the encode's host start." if lead is not None else "(unknown)."),
     ]
+    timeline = summary.get("per_encode")
+    if timeline:
+        lines += [
+            "",
+            "Per encode (medians, from the encode's start on the host): the host had issued all its device work "
+            f"at {timeline['host_issued_last_work_us'] / 1e3:.2f} ms, of which "
+            f"{timeline['host_sync_us'] / 1e3:.2f} ms in synchronizing calls; the device finished at "
+            f"{timeline['device_done_us'] / 1e3:.2f} ms; copy stream busy "
+            f"{timeline['copy_stream_busy_us'] / 1e3:.2f} ms, compute stream busy "
+            f"{timeline['compute_stream_busy_us'] / 1e3:.2f} ms.",
+        ]
     if summary["gaps"]:
         lines += [
             "",
