@@ -522,7 +522,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="TOWER:CASE:LOOKAHEAD to profile (a copy-bound case), or 'none'",
     )
     parser.add_argument("--profile-encodes", type=int, default=5)
-    parser.add_argument("--budget-s", type=float, default=420.0, help="cases past this are skipped, not run")
+    parser.add_argument("--budget-s", type=float, default=360.0, help="cases past this are skipped, not run")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--target-ms", type=float, default=800.0, help="timed runs per case fill about this")
     parser.add_argument("--min-iters", type=int, default=5)

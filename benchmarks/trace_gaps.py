@@ -14,7 +14,10 @@ with `args.stream` and `args.correlation`; host calls as `cuda_runtime` /
   with: when the host issued the next copy relative to the gap's start (late
   issue = a host-bound gap), how busy the compute stream was during the gap
   (busy = the copy waited on compute, e.g. for a ring slot), what the host ran
-  between the two copies' launches (top operators) and its synchronizing calls.
+  between the two copies' launches (top operators) and its synchronizing calls;
+- per encode (medians): when the host had issued its last device work, when
+  the device finished, each stream's busy time, the host's time in
+  synchronizing calls.
 
     python3 benchmarks/trace_gaps.py TRACE.json[.gz]   # prints the Markdown tables
 """
