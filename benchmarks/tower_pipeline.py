@@ -22,7 +22,8 @@ changes every encode) and every lookahead in 1, 2, 3 (vLLM's
   floor exceeds the resident time), peak extra GPU memory of an encode
   (`max_memory_allocated` over what was allocated before it) resident and
   streamed, and whether the streamed outputs equal the resident ones bit for
-  bit (`torch.equal`; the first, cold encode after wrapping and the last).
+  bit (`torch.equal`; the first run of each case, which for the first case is
+  the first encode after wrapping, and the last).
 
 Times are CUDA-event medians after warm-up (see encode_bench.Repeats). One
 copy-bound case is also profiled (torch.profiler, `--profile`); its trace is
