@@ -1,0 +1,784 @@
+"""The tower streaming pipeline by input shape: resident vs streamed vs the H2D floor (issue 11).
+
+One run, one GPU, the patched vLLM Python tree. Two Qwen3-VL vision towers,
+built as vLLM's Qwen3-VL model builds them (`Qwen3_VisionTransformer`, random
+bf16 weights): 2B-sized (Qwen3-VL-2B's vision config, 776 MiB) and 8B-sized
+(tests/gpu/vlm_checkpoint.VISION, 1099 MiB). For every case in `CASES` (single
+images of 64 to 9000 tokens, batches of 3 and 8 images of mixed sizes in one
+encode, videos with a temporal grid of 2 and 8, a run of encodes whose shape
+changes every encode) and every lookahead in 1, 2, 3 (vLLM's
+`--offload-prefetch-step`), it records:
+
+- resident: encode time with the tower on the GPU;
+- streamed: encode time with the tower streamed from pinned host memory by
+  vLLM's own `PrefetchOffloader(group_size=0, num_in_group=1,
+  prefetch_step=L, offload_towers=True)` + `wrap_tower` + `post_init`, as
+  `_mark_tower_model` does;
+- the H2D floor, measured in the same run: one bulk copy of the tower's bytes
+  from pinned memory, and the same bytes as one copy per streamed unit from
+  the tower's own arena;
+- streamed / max(resident, floor), the H2D bandwidth the streamed encode
+  achieved (tower bytes / streamed time; the copy-bound cases are those whose
+  floor exceeds the resident time), peak extra GPU memory of an encode
+  (`max_memory_allocated` over what was allocated before it) resident and
+  streamed, and whether the streamed outputs equal the resident ones bit for
+  bit (`torch.equal`; the first run of each case, which for the first case is
+  the first encode after wrapping, and the last).
+
+Times are CUDA-event medians after warm-up (see encode_bench.Repeats). One
+copy-bound case is also profiled (torch.profiler, `--profile`); its trace is
+kept and summarized by benchmarks/trace_gaps.py: per-stream busy time and the
+gaps between consecutive copies on the copy stream.
+
+    python3 benchmarks/tower_pipeline.py --out-dir benchmarks/results/tower_pipeline
+
+writes tower_pipeline.json, tower_pipeline.md and tower_pipeline_trace.json.gz
+there (the JSON after every phase, so a run cut short keeps what it measured).
+`--smoke` runs every code path on the CPU in seconds with tiny towers and tiny
+inputs (no timing claims: the CPU has no streams, the streamer copies
+synchronously there); tests/patches/test_tower_pipeline_smoke.py runs it. The
+H200 command is in benchmarks/gpu_next_run.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gzip
+import json
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tests" / "gpu"))
+import encode_bench as eb  # noqa: E402
+import tower_families as tf  # noqa: E402
+import trace_gaps  # noqa: E402
+from vlm_checkpoint import VISION as QWEN3_VL_8B_VISION  # noqa: E402
+
+MiB = 1 << 20
+Grid = tuple[int, int, int]  # (t, h, w) in patches, before the 2x2 merge
+
+# Qwen3-VL-2B-Instruct's vision tower (its config.json): 776 MiB in bf16.
+QWEN3_VL_2B_VISION = {
+    "depth": 24,
+    "hidden_size": 1024,
+    "num_heads": 16,
+    "intermediate_size": 4096,
+    "out_hidden_size": 2048,
+    "deepstack_visual_indexes": [5, 11, 17],
+    "num_position_embeddings": 2304,
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "in_channels": 3,
+    "hidden_act": "gelu_pytorch_tanh",
+}
+
+# Tiny stand-ins of the same shape for --smoke (CPU, seconds).
+TINY_VISION = {
+    "2B": {"depth": 4, "hidden_size": 64, "num_heads": 4, "intermediate_size": 128, "out_hidden_size": 96},
+    "8B": {"depth": 5, "hidden_size": 96, "num_heads": 4, "intermediate_size": 160, "out_hidden_size": 128},
+}
+TINY_COMMON = {"deepstack_visual_indexes": [1, 2], "num_position_embeddings": 64, "patch_size": 4}
+
+TOWERS = {"2B": QWEN3_VL_2B_VISION, "8B": QWEN3_VL_8B_VISION}
+LOOKAHEADS = (1, 2, 3)
+MERGE = 2
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input shape: one encode (a list of grids), or a run of encodes.
+
+    Attributes:
+        name: The case's id in the JSON.
+        kind: "image", "batch", "video" or "sequence".
+        description: What the input is, for the table.
+        encodes: Each encode's grids (t, h, w) in patches; one encode except
+            for a sequence.
+
+    """
+
+    name: str
+    kind: str
+    description: str
+    encodes: tuple[tuple[Grid, ...], ...]
+
+    def tokens(self, shrink: Callable[[Grid], Grid] | None = None) -> int:
+        """Image tokens (after the 2x2 merge) over all encodes, of the (shrunk) grids."""
+        grids = [shrink(g) if shrink else g for encode in self.encodes for g in encode]
+        return sum(t * h * w for t, h, w in grids) // (MERGE * MERGE)
+
+
+def _image(tokens: int, h: int, w: int) -> Case:
+    assert h * w // (MERGE * MERGE) == tokens
+    return Case(f"image-{tokens}", "image", f"one image, {tokens} tokens ({16 * h}x{16 * w} px)", (((1, h, w),),))
+
+
+SINGLE = [
+    _image(64, 16, 16),
+    _image(256, 32, 32),
+    _image(1024, 64, 64),
+    _image(2223, 78, 114),  # the committed benchmark's image (tower_streaming.py)
+    _image(4096, 128, 128),
+    _image(9000, 150, 240),
+]
+BATCH_3 = Case(
+    "batch-3",
+    "batch",
+    "3 images in one encode: 64, 384, 768 tokens",
+    (((1, 16, 16), (1, 32, 48), (1, 48, 64)),),
+)
+BATCH_8 = Case(
+    "batch-8",
+    "batch",
+    "8 images in one encode: 64 to 1024 tokens (3424 in all)",
+    (((1, 16, 16), (1, 16, 32), (1, 32, 32), (1, 24, 40), (1, 32, 48), (1, 40, 56), (1, 48, 64), (1, 64, 64)),),
+)
+# A video's grid t counts temporal patches (2 sampled frames each), the
+# tower's frames: attention runs per frame (cu_seqlens repeats per t).
+VIDEO_2 = Case("video-2", "video", "a video, 2 frames (grid t=2) of 448x800 px, 700 tokens", (((2, 28, 50),),))
+VIDEO_8 = Case("video-8", "video", "a video, 8 frames (grid t=8) of 448x800 px, 2800 tokens", (((8, 28, 50),),))
+_SEQUENCE_OF = [SINGLE[0], SINGLE[3], SINGLE[1], BATCH_3, SINGLE[2], VIDEO_2]
+SEQUENCE = Case(
+    "changing-shapes",
+    "sequence",
+    f"{len(_SEQUENCE_OF)} encodes in a row, each a new shape ("
+    + ", ".join(c.name for c in _SEQUENCE_OF)
+    + "); times per encode",
+    tuple(c.encodes[0] for c in _SEQUENCE_OF),
+)
+CASES = [*SINGLE, BATCH_3, BATCH_8, VIDEO_2, VIDEO_8, SEQUENCE]
+
+
+def tiny_grid(grid: Grid) -> Grid:
+    """The same shape, about 8x smaller per side (even sides, for the merge)."""
+    t, h, w = grid
+    return t, max(2, 2 * round(h / 16)), max(2, 2 * round(w / 16))
+
+
+# -- building, streaming, encoding --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Where and how the towers run."""
+
+    device: torch.device
+    dtype: torch.dtype
+    smoke: bool
+    repeats: eb.Repeats
+    copy_iters: int
+
+    def vision(self, tower: str) -> dict[str, Any]:
+        if self.smoke:
+            return {**QWEN3_VL_2B_VISION, **TINY_COMMON, **TINY_VISION[tower]}
+        return dict(TOWERS[tower])
+
+    def grids(self, grids: tuple[Grid, ...]) -> tuple[Grid, ...]:
+        return tuple(tiny_grid(g) for g in grids) if self.smoke else grids
+
+    def tokens(self, case: Case) -> int:
+        return case.tokens(tiny_grid if self.smoke else None)
+
+
+def build_tower(setup: Setup, tower: str, seed: int = 0) -> torch.nn.Module:
+    """The tower as Qwen3-VL's model builds it, with seeded N(0, 0.02) weights.
+
+    Built under the default device and dtype, like vLLM's loader; the same
+    seed gives the same weights, resident or streamed.
+    """
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+    from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
+    from vllm.model_executor.models.qwen3_vl import Qwen3_VisionTransformer
+
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(setup.dtype)
+    try:
+        with torch.device(setup.device):
+            module = Qwen3_VisionTransformer(
+                Qwen3VLVisionConfig(**setup.vision(tower)),
+                norm_eps=1e-6,
+                quant_config=None,
+                input_norm=build_mm_input_norm(None),
+                prefix="visual",
+            )
+    finally:
+        torch.set_default_dtype(default_dtype)
+    generator = torch.Generator(device=setup.device).manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            param.normal_(std=0.02, generator=generator)
+    if setup.device.type == "cpu":
+        tf.use_plain_cpu_linear(module)
+    return module
+
+
+def stream(module: torch.nn.Module, lookahead: int) -> Any:
+    """Hand the tower to vLLM's prefetch offloader, as `_mark_tower_model` does."""
+    from vllm.model_executor.offloader import PrefetchOffloader
+
+    offloader = PrefetchOffloader(group_size=0, num_in_group=1, prefetch_step=lookahead, offload_towers=True)
+    offloader.wrap_tower(module, prefix="visual")
+    offloader.post_init()
+    return offloader
+
+
+class Inputs:
+    """Seeded pixel patches per encode shape, made once per tower (the same seeds for both)."""
+
+    def __init__(self, setup: Setup, patch_dim: int):
+        self.setup = setup
+        self.patch_dim = patch_dim
+        self._made: dict[tuple[Grid, ...], torch.Tensor] = {}
+
+    def __call__(self, grids: tuple[Grid, ...]) -> torch.Tensor:
+        if grids not in self._made:
+            generator = torch.Generator(device=self.setup.device).manual_seed(1 + len(self._made))
+            patches = sum(t * h * w for t, h, w in grids)
+            x = torch.randn(patches, self.patch_dim, generator=generator, device=self.setup.device)
+            self._made[grids] = x.to(self.setup.dtype)
+        return self._made[grids]
+
+
+def encoder(module: torch.nn.Module, case: Case, setup: Setup, inputs: Inputs) -> Callable[[], list[torch.Tensor]]:
+    """A function that runs the case's encodes and returns their outputs."""
+    shapes = [setup.grids(grids) for grids in case.encodes]
+    xs = [inputs(grids) for grids in shapes]
+
+    def run() -> list[torch.Tensor]:
+        with torch.inference_mode():
+            return [module(x, [list(g) for g in grids]) for x, grids in zip(xs, shapes)]
+
+    return run
+
+
+def identical(a: list[torch.Tensor] | None, b: list[torch.Tensor] | None) -> bool:
+    return a is not None and b is not None and len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def param_bytes(module: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+# -- the phases ---------------------------------------------------------------
+
+
+class Budget:
+    """The run's time limit: cases past it are recorded as skipped, not run."""
+
+    def __init__(self, seconds: float):
+        self.start = time.monotonic()
+        self.seconds = seconds
+
+    def spent(self) -> float:
+        return time.monotonic() - self.start
+
+    def exhausted(self) -> bool:
+        return self.spent() > self.seconds
+
+
+def measure_case(
+    module: torch.nn.Module, case: Case, setup: Setup, inputs: Inputs, budget: Budget
+) -> tuple[dict[str, Any], list[torch.Tensor] | None, list[torch.Tensor] | None]:
+    """Time one case on one tower; returns (result, first output, last output)."""
+    if budget.exhausted():
+        return {"status": "skipped", "reason": f"time budget ({budget.seconds:.0f} s) spent"}, None, None
+    run = encoder(module, case, setup, inputs)
+    timing, first, last = eb.time_runs(run, setup.device, setup.repeats)
+    peak, again = eb.peak_extra_bytes(run, setup.device)
+    n = len(case.encodes)
+    result = {
+        "status": "ok",
+        # A sequence is timed as a whole; its figures are per encode.
+        "ms_per_encode": timing.median_ms / n,
+        "timing": timing.as_dict(),
+        "encodes": n,
+        "peak_extra_mib": None if peak is None else peak / MiB,
+        "repeatable": identical(first, last) and identical(last, again),
+    }
+    return result, first, last
+
+
+def resident_phase(
+    tower: str, setup: Setup, inputs: Inputs, budget: Budget
+) -> tuple[dict[str, Any], dict[str, list[torch.Tensor]], dict[str, Any]]:
+    """Every case on the resident tower: results, reference outputs, tower facts."""
+    module = build_tower(setup, tower)
+    facts = {"param_bytes": param_bytes(module), "param_mib": param_bytes(module) / MiB}
+    results, references = {}, {}
+    for case in CASES:
+        result, _, last = measure_case(module, case, setup, inputs, budget)
+        results[case.name] = result
+        if last is not None:
+            references[case.name] = last
+        _log(tower, "resident", case, result)
+    # A sequence replays the single cases' inputs: its outputs must be theirs.
+    if SEQUENCE.name in references:
+        singles = [references.get(c.name, [None])[0] for c in _SEQUENCE_OF]
+        results[SEQUENCE.name]["matches_single_encodes"] = all(
+            s is not None and torch.equal(s, o) for s, o in zip(singles, references[SEQUENCE.name])
+        )
+    del module
+    eb.release_memory(setup.device)
+    return results, references, facts
+
+
+def streamed_phase(
+    tower: str,
+    lookahead: int,
+    setup: Setup,
+    inputs: Inputs,
+    references: dict[str, list[torch.Tensor]],
+    budget: Budget,
+    profile: tuple[str, int] | None,
+    out_dir: Path,
+) -> dict[str, Any]:
+    """Every case on the tower streamed at `lookahead`, the H2D floor, and the profile if asked."""
+    module = build_tower(setup, tower)
+    offloader = stream(module, lookahead)
+    streamed = offloader.tower_streamer.towers[0]
+    units = streamed.units
+    slot = max((u.nbytes for u in units if u.spec.recurse), default=0)
+    phase: dict[str, Any] = {
+        "units": len(units),
+        "largest_unit_mib": max(u.nbytes for u in units) / MiB,
+        "ring_mib": (lookahead + 1) * slot / MiB,
+        "arena_mib": streamed.arena.nbytes / MiB,
+        "arena_pinning": streamed.arena.pinning,
+        "h2d": h2d_floor(streamed, setup),
+        "cases": {},
+    }
+    for case in CASES:
+        result, first, last = measure_case(module, case, setup, inputs, budget)
+        if result["status"] == "ok":
+            reference = references.get(case.name)
+            result["bit_identical_first_encode"] = identical(first, reference)
+            result["bit_identical"] = identical(first, reference) and identical(last, reference)
+        phase["cases"][case.name] = result
+        _log(tower, f"streamed L{lookahead}", case, result)
+    if profile is not None and not budget.exhausted():
+        case = next(c for c in CASES if c.name == profile[0])
+        phase["profile"] = profile_case(module, case, setup, inputs, out_dir, profile[1])
+    del module, offloader, streamed, units
+    eb.release_memory(setup.device)
+    return phase
+
+
+def h2d_floor(streamed: Any, setup: Setup) -> dict[str, Any]:
+    """The tower's bytes host-to-device: one bulk pinned copy; one copy per unit from the arena."""
+    arena = streamed.arena
+    dest = torch.empty(arena.nbytes, dtype=torch.uint8, device=setup.device)
+    pinned = eb.pinned_host_bytes(arena.nbytes, setup.device)
+    iters = setup.copy_iters
+    bulk = eb.copy_ms([pinned], dest, setup.device, iters)
+    arena_bulk = eb.copy_ms([arena.host], dest, setup.device, iters)
+    per_unit = eb.copy_ms([u.host for u in streamed.units], dest, setup.device, iters)
+    del dest, pinned
+    nbytes = arena.nbytes
+    return {
+        "bytes": nbytes,
+        "bulk_pinned": {**bulk.as_dict(), "gb_per_s": eb.gb_per_s(nbytes, bulk.median_ms)},
+        "bulk_from_arena": {**arena_bulk.as_dict(), "gb_per_s": eb.gb_per_s(nbytes, arena_bulk.median_ms)},
+        "per_unit_from_arena": {
+            **per_unit.as_dict(),
+            "copies": len(streamed.units),
+            "gb_per_s": eb.gb_per_s(nbytes, per_unit.median_ms),
+        },
+    }
+
+
+TRACE_NAME = "tower_pipeline_trace.json.gz"
+
+
+def profile_case(
+    module: torch.nn.Module, case: Case, setup: Setup, inputs: Inputs, out_dir: Path, encodes: int
+) -> dict[str, Any]:
+    """Profile `encodes` warm encodes of `case`; keep the trace; summarize its gaps.
+
+    A failure here is recorded, not raised: the matrix matters more.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    run = encoder(module, case, setup, inputs)
+    activities = [ProfilerActivity.CPU]
+    if setup.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    try:
+        run()
+        eb.synchronize(setup.device)
+        with profile(activities=activities) as prof:
+            for i in range(encodes):
+                # The range covers the host's issuing only; the wait for the device follows it.
+                with record_function(f"{trace_gaps.ENCODE_PREFIX} {i}"):
+                    run()
+                eb.synchronize(setup.device)
+        with tempfile.TemporaryDirectory() as tmp:
+            raw = Path(tmp) / "trace.json"
+            prof.export_chrome_trace(str(raw))
+            eb.write_atomic(out_dir / TRACE_NAME, gzip.compress(raw.read_bytes()))
+        summary = trace_gaps.summarize(trace_gaps.load_events(out_dir / TRACE_NAME))
+    except Exception as e:  # noqa: BLE001 - recorded in the results
+        return {"case": case.name, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+    return {"case": case.name, "encodes": encodes, "trace": TRACE_NAME, "summary": summary}
+
+
+def _log(tower: str, mode: str, case: Case, result: dict[str, Any]) -> None:
+    if result["status"] != "ok":
+        print(f"[tower-pipeline] {tower} {mode} {case.name}: {result['status']}", flush=True)
+        return
+    extra = "" if "bit_identical" not in result else f" identical={result['bit_identical']}"
+    print(
+        f"[tower-pipeline] {tower} {mode} {case.name}: {result['ms_per_encode']:.2f} ms/encode "
+        f"({result['timing']['iters']} runs), peak extra {result['peak_extra_mib']} MiB{extra}",
+        flush=True,
+    )
+
+
+# -- the matrix ---------------------------------------------------------------
+
+
+def rows_of(tower: str, result: dict[str, Any], setup: Setup) -> list[dict[str, Any]]:
+    """One row per (case, lookahead): the issue's columns."""
+    # The floor of every streamed phase of this tower, pooled: one figure per tower.
+    floors = [t for phase in result["streamed"].values() for t in phase["h2d"]["bulk_pinned"]["times_ms"]]
+    floor_ms = eb.Timing(times_ms=floors).median_ms if floors else None
+    # What one streamed encode copies: the arena (the parameters, each 256-byte aligned).
+    nbytes = next(iter(result["streamed"].values()))["h2d"]["bytes"] if result["streamed"] else 0
+    result["floor_ms"] = floor_ms
+    result["floor_gb_per_s"] = eb.gb_per_s(nbytes, floor_ms) if floor_ms else None
+    rows = []
+    for case in CASES:
+        resident = result["resident"].get(case.name, {"status": "skipped"})
+        for lookahead, phase in result["streamed"].items():
+            streamed = phase["cases"].get(case.name, {"status": "skipped"})
+            row: dict[str, Any] = {"tower": tower, "case": case.name, "lookahead": int(lookahead)}
+            if resident["status"] != "ok" or streamed["status"] != "ok" or floor_ms is None:
+                rows.append({**row, "status": "skipped"})
+                continue
+            r, s = resident["ms_per_encode"], streamed["ms_per_encode"]
+            rows.append(
+                {
+                    **row,
+                    "status": "ok",
+                    "tokens": setup.tokens(case),
+                    "encodes": len(case.encodes),
+                    "resident_ms": r,
+                    "streamed_ms": s,
+                    "floor_ms": floor_ms,
+                    "streamed_over_max_resident_floor": s / max(r, floor_ms),
+                    "streamed_over_resident": s / r,
+                    "copy_bound": floor_ms >= r,
+                    "streamed_h2d_gb_per_s": eb.gb_per_s(nbytes, s),
+                    "streamed_share_of_floor_bandwidth": floor_ms / s,
+                    "resident_peak_extra_mib": resident["peak_extra_mib"],
+                    "streamed_peak_extra_mib": streamed["peak_extra_mib"],
+                    "bit_identical": streamed["bit_identical"],
+                }
+            )
+    return rows
+
+
+def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Issue 11's "done when", checked on these rows."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    bound = [r for r in ok if r["copy_bound"]]
+    key = [r for r in ok if r["tower"] == "8B" and r["case"] == "image-2223" and r["lookahead"] == 1]
+    worst = max(ok, key=lambda r: r["streamed_over_max_resident_floor"], default=None)
+    return {
+        "rows": len(rows),
+        "measured": len(ok),
+        "ratio_le_1.10": sum(r["streamed_over_max_resident_floor"] <= 1.10 for r in ok),
+        "worst": None
+        if worst is None
+        else {k: worst[k] for k in ("tower", "case", "lookahead", "streamed_over_max_resident_floor")},
+        "copy_bound": len(bound),
+        "copy_bound_ge_90pct_bandwidth": sum(r["streamed_share_of_floor_bandwidth"] >= 0.90 for r in bound),
+        "8B_image_2223_streamed_over_resident": key[0]["streamed_over_resident"] if key else None,
+        "bit_identical": sum(bool(r["bit_identical"]) for r in ok),
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out-dir", type=Path, required=True, help="where the JSON, Markdown and trace go")
+    parser.add_argument("--smoke", action="store_true", help="tiny towers on the CPU: every code path, no timings")
+    parser.add_argument("--towers", default=",".join(TOWERS), help="comma-separated: 2B,8B")
+    parser.add_argument("--lookaheads", default=",".join(map(str, LOOKAHEADS)), help="comma-separated, e.g. 1,2,3")
+    parser.add_argument(
+        "--profile",
+        default="2B:image-64:1",
+        help="TOWER:CASE:LOOKAHEAD to profile (a copy-bound case), or 'none'",
+    )
+    parser.add_argument("--profile-encodes", type=int, default=5)
+    parser.add_argument("--budget-s", type=float, default=360.0, help="cases past this are skipped, not run")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--target-ms", type=float, default=800.0, help="timed runs per case fill about this")
+    parser.add_argument("--min-iters", type=int, default=5)
+    parser.add_argument("--max-iters", type=int, default=30)
+    parser.add_argument("--copy-iters", type=int, default=20)
+    args = parser.parse_args(argv)
+    names = {c.name for c in CASES}
+    args.tower_list = [t for t in args.towers.split(",") if t]
+    args.lookahead_list = [int(x) for x in args.lookaheads.split(",") if x]
+    if not args.tower_list or not set(args.tower_list) <= set(TOWERS):
+        parser.error(f"--towers: a comma-separated subset of {','.join(TOWERS)}")
+    if not args.lookahead_list or min(args.lookahead_list) < 1:
+        parser.error("--lookaheads: positive integers, e.g. 1,2,3")
+    args.profile_at = None
+    if args.profile != "none":
+        parts = args.profile.split(":")
+        if len(parts) != 3 or parts[0] not in TOWERS or parts[1] not in names or not parts[2].isdigit():
+            parser.error(
+                f"--profile: TOWER:CASE:LOOKAHEAD (towers {','.join(TOWERS)}; cases {','.join(sorted(names))})"
+            )
+        args.profile_at = (parts[0], parts[1], int(parts[2]))
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.smoke:
+        # The patched tree on the CPU, as tests/patches imports it.
+        sys.path.insert(0, str(REPO / "tests" / "patches"))
+        from vllm_cpu import ensure_tree, import_on_cpu
+
+        import_on_cpu(ensure_tree())
+        # Tiny ops: one thread runs them faster than a pool (and shares a CI machine better).
+        torch.set_num_threads(1)
+        setup = Setup(torch.device("cpu"), torch.float32, True, eb.Repeats(1, 0.0, 1, 1), copy_iters=2)
+    else:
+        if not torch.cuda.is_available():
+            sys.exit("tower_pipeline.py needs a CUDA GPU (--smoke runs the code paths on the CPU)")
+        repeats = eb.Repeats(args.warmup, args.target_ms, args.min_iters, args.max_iters)
+        setup = Setup(torch.device("cuda"), torch.bfloat16, False, repeats, args.copy_iters)
+    with tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
+        run(args, setup)
+
+
+def run(args: argparse.Namespace, setup: Setup) -> None:
+    budget = Budget(args.budget_s)
+    towers, lookaheads, profile = args.tower_list, args.lookahead_list, args.profile_at
+    report: dict[str, Any] = {
+        "command": shlex.join(["python3", *sys.argv]),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "smoke": setup.smoke,
+        "machine": eb.machine(setup.device),
+        "dtype": str(setup.dtype),
+        "settings": {
+            "repeats": dataclasses.asdict(setup.repeats),
+            "copy_iters": setup.copy_iters,
+            "budget_s": args.budget_s,
+            "lookaheads": lookaheads,
+        },
+        "cases": [
+            {
+                "name": c.name,
+                "kind": c.kind,
+                "description": c.description,
+                "tokens": setup.tokens(c),
+                "encodes": [[list(g) for g in setup.grids(grids)] for grids in c.encodes],
+            }
+            for c in CASES
+        ],
+        "complete": False,  # True once every phase has run
+        "towers": {},
+        "rows": [],
+    }
+    for tower in towers:
+        vision = setup.vision(tower)
+        inputs = Inputs(setup, vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2)
+        resident, references, facts = resident_phase(tower, setup, inputs, budget)
+        result = {"config": setup.vision(tower), **facts, "resident": resident, "streamed": {}}
+        report["towers"][tower] = result
+        save(report, setup, args.out_dir, budget)
+        for lookahead in lookaheads:
+            wanted = profile is not None and profile[0] == tower and profile[2] == lookahead
+            result["streamed"][str(lookahead)] = streamed_phase(
+                tower,
+                lookahead,
+                setup,
+                inputs,
+                references,
+                budget,
+                (profile[1], args.profile_encodes) if wanted else None,
+                args.out_dir,
+            )
+            save(report, setup, args.out_dir, budget)
+        del references, inputs
+        eb.release_memory(setup.device)
+    report["complete"] = True
+    print(save(report, setup, args.out_dir, budget))
+
+
+def save(report: dict[str, Any], setup: Setup, out_dir: Path, budget: Budget) -> str:
+    """Write the JSON and the Markdown of what is measured so far; return the Markdown.
+
+    Called after every phase, so a run cut short keeps its results.
+    """
+    report["wall_s"] = round(budget.spent(), 1)
+    report["rows"] = [row for name, result in report["towers"].items() for row in rows_of(name, result, setup)]
+    report["targets"] = targets(report["rows"])
+    markdown = render_markdown(report)
+    eb.write_atomic(out_dir / "tower_pipeline.json", json.dumps(report, indent=2) + "\n")
+    eb.write_atomic(out_dir / "tower_pipeline.md", markdown)
+    return markdown
+
+
+# -- the Markdown -------------------------------------------------------------
+
+
+def _fmt(value: float | None, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    rep = report["settings"]["repeats"]
+    where = (
+        f"{m.get('gpu')} (driver {m.get('driver')}, PCIe {m.get('pcie')})"
+        if "gpu" in m
+        else f"CPU ({m.get('cpu')}) -- a --smoke run: tiny towers and inputs, no timing claims"
+    )
+    lines = [
+        "# Tower streaming pipeline by input shape (issue 11)",
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        f"{where}; torch {m['torch']}, CUDA {m['cuda']}, Python {m['python']}, {m['host']}; "
+        f"{report['when']}; {report['wall_s']} s"
+        + ("." if report["complete"] else " so far: an INCOMPLETE run (it stopped or is still running).")
+        + (
+            " vLLM's Python tree with pure-torch stand-ins for its compiled extensions "
+            "(../shared/gpu): SDPA attention, not FlashAttention, so compute is slower "
+            "than in production and fewer cases are copy-bound."
+            if m.get("vllm_gpu_standins")
+            else ""
+        ),
+        "",
+        "Towers: Qwen3-VL `Qwen3_VisionTransformer` as vLLM builds it, random "
+        f"{report['dtype'].replace('torch.', '')} weights; streamed through `PrefetchOffloader("
+        "offload_towers=True, prefetch_step=L)`. Times: median per encode (CUDA events; on the CPU, perf_counter) of "
+        f"{rep['min_iters']}-{rep['max_iters']} timed runs (about {rep['target_ms']:.0f} ms of runs per case) "
+        f"after {rep['warmup']} warm-up runs. Ratio = streamed / max(resident, H2D floor); "
+        "copy-bound = the floor exceeds the resident time; bandwidth = tower bytes / streamed time "
+        "(share of the floor's bandwidth in brackets); peak extra = max_memory_allocated during an "
+        "encode over what was allocated before it.",
+        "",
+        "| tower | params (MiB) | units | largest unit (MiB) | H2D floor: one bulk pinned copy | "
+        "one copy per unit from the arena | one bulk copy from the arena |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, tower in report["towers"].items():
+        phases = list(tower["streamed"].values())
+        if not phases:
+            continue
+        h2d = phases[0]["h2d"]
+        lines.append(
+            f"| {name} | {tower['param_mib']:.1f} | {phases[0]['units']} | {phases[0]['largest_unit_mib']:.1f} "
+            f"| {_fmt(tower.get('floor_ms'), '.2f')} ms ({_fmt(tower.get('floor_gb_per_s'))} GB/s) "
+            f"| {h2d['per_unit_from_arena']['median_ms']:.2f} ms ({h2d['per_unit_from_arena']['gb_per_s']:.1f} GB/s) "
+            f"| {h2d['bulk_from_arena']['median_ms']:.2f} ms ({h2d['bulk_from_arena']['gb_per_s']:.1f} GB/s) |"
+        )
+    descriptions = {c["name"]: c["description"] for c in report["cases"]}
+    rows = [r for r in report["rows"] if r["lookahead"] == 1]
+    lines += [
+        "",
+        "## Lookahead 1 (the default)",
+        "",
+        "| tower | input | resident (ms) | streamed (ms) | H2D floor (ms) | streamed / max(resident, floor) "
+        "| bound | streamed H2D (GB/s) | peak extra resident / streamed (MiB) | bit-identical |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |",
+    ]
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"| {r['tower']} | {descriptions[r['case']]} | skipped | | | | | | | |")
+            continue
+        lines.append(
+            f"| {r['tower']} | {descriptions[r['case']]} | {r['resident_ms']:.2f} | {r['streamed_ms']:.2f} "
+            f"| {r['floor_ms']:.2f} | **{r['streamed_over_max_resident_floor']:.2f}** "
+            f"| {'copy' if r['copy_bound'] else 'compute'} "
+            f"| {r['streamed_h2d_gb_per_s']:.1f} ({100 * r['streamed_share_of_floor_bandwidth']:.0f} %) "
+            f"| {_fmt(r['resident_peak_extra_mib'])} / {_fmt(r['streamed_peak_extra_mib'])} "
+            f"| {'yes' if r['bit_identical'] else 'NO'} |"
+        )
+    lookaheads = report["settings"]["lookaheads"]
+    by_case: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for r in report["rows"]:
+        by_case.setdefault((r["tower"], r["case"]), {})[r["lookahead"]] = r
+
+    def across(cells: dict[int, dict[str, Any]], key: str, spec: str) -> str:
+        return " / ".join(
+            _fmt(cells[la].get(key), spec) if la in cells and cells[la]["status"] == "ok" else "-" for la in lookaheads
+        )
+
+    heading = "/".join(map(str, lookaheads))
+    lines += [
+        "",
+        f"## Lookahead {heading}",
+        "",
+        f"| tower | case | streamed (ms), L {heading} | ratio, L {heading} | peak extra streamed (MiB), L {heading} "
+        "| bit-identical |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for (tower, case), cells in by_case.items():
+        ok = [c for c in cells.values() if c["status"] == "ok"]
+        same = "yes" if ok and all(c["bit_identical"] for c in ok) else "NO" if ok else "-"
+        lines.append(
+            f"| {tower} | {case} | {across(cells, 'streamed_ms', '.2f')} "
+            f"| {across(cells, 'streamed_over_max_resident_floor', '.2f')} "
+            f"| {across(cells, 'streamed_peak_extra_mib', '.1f')} | {same} |"
+        )
+    t = report["targets"]
+    worst = t["worst"]
+    lines += [
+        "",
+        "## Issue 11's targets on this run",
+        "",
+        f"- streamed <= 1.10 x max(resident, floor): {t['ratio_le_1.10']} of {t['measured']} measured rows"
+        + (
+            f" (worst {worst['streamed_over_max_resident_floor']:.2f}: {worst['tower']} {worst['case']}, "
+            f"lookahead {worst['lookahead']})"
+            if worst
+            else ""
+        )
+        + (f"; {t['rows'] - t['measured']} rows skipped" if t["rows"] > t["measured"] else ""),
+        f"- >= 90 % of the floor's bandwidth in copy-bound rows: {t['copy_bound_ge_90pct_bandwidth']} of "
+        f"{t['copy_bound']}",
+        f"- 8B, 2223-token image, lookahead 1: streamed / resident = "
+        f"{_fmt(t['8B_image_2223_streamed_over_resident'], '.3f')} (target <= 1.05)",
+        f"- bit-identical to resident: {t['bit_identical']} of {t['measured']}",
+        "",
+    ]
+    for name, tower in report["towers"].items():
+        for lookahead, phase in tower["streamed"].items():
+            prof = phase.get("profile")
+            if not prof:
+                continue
+            lines += [f"## Profile: {name} tower, {descriptions[prof['case']]}, lookahead {lookahead}", ""]
+            if "error" in prof:
+                lines += [f"Profiling failed: `{prof['error']}` (traceback in the JSON).", ""]
+            else:
+                lines += [
+                    f"{prof['encodes']} warm encodes under torch.profiler; trace: `{prof['trace']}` "
+                    "(`python3 benchmarks/trace_gaps.py` re-reads it).",
+                    "",
+                    trace_gaps.render_markdown(prof["summary"]),
+                ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

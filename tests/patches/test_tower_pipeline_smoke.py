@@ -1,0 +1,110 @@
+"""benchmarks/tower_pipeline.py --smoke: issue 11's whole matrix on the CPU, tiny towers.
+
+The command the H200 runs (benchmarks/gpu_next_run.md), minus the GPU: both
+towers, every input shape, lookahead 1-3, the H2D floor, the profile, the JSON
+and the Markdown, with vLLM's own `PrefetchOffloader` streaming real
+`Qwen3_VisionTransformer` towers from the patched tree. On the CPU the
+streamer copies synchronously and times mean nothing; what is checked is that
+every case runs and every streamed output equals the resident one bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+BENCHMARK = REPO / "benchmarks" / "tower_pipeline.py"
+
+pytestmark = [
+    # On a CUDA platform vLLM registers its ViT attention op for CUDA only;
+    # there the benchmark itself runs (without --smoke).
+    pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only: ViT attention op is CUDA-only here"),
+]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(vllm_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    out = tmp_path_factory.mktemp("tower_pipeline")
+    return run_smoke(vllm_tree, out)
+
+
+def run_smoke(tree: Path, out: Path, *options: str) -> tuple[dict, str]:
+    """The benchmark's command line with --smoke, against `tree`; its JSON and Markdown."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARK), "--smoke", "--out-dir", str(out), *options],
+        cwd=REPO,
+        env={**os.environ, "VLLM_FORK_TREE": str(tree)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((out / "tower_pipeline.json").read_text()), (out / "tower_pipeline.md").read_text()
+
+
+def test_every_case_of_the_matrix_runs_bit_identically(smoke_run):
+    report, _ = smoke_run
+    names = [c["name"] for c in report["cases"]]
+    kinds = {c["kind"] for c in report["cases"]}
+    single = sorted(c["name"] for c in report["cases"] if c["kind"] == "image")
+    assert kinds == {"image", "batch", "video", "sequence"}
+    assert sorted(single) == sorted(f"image-{n}" for n in (64, 256, 1024, 2223, 4096, 9000))
+    batches = [c for c in report["cases"] if c["kind"] == "batch"]
+    assert sorted(len(c["encodes"][0]) for c in batches) == [3, 8]
+    videos = [c for c in report["cases"] if c["kind"] == "video"]
+    assert sorted(c["encodes"][0][0][0] for c in videos) == [2, 8]  # temporal grid
+    (sequence,) = [c for c in report["cases"] if c["kind"] == "sequence"]
+    shapes = [json.dumps(e) for e in sequence["encodes"]]
+    assert len(shapes) > 2 and all(a != b for a, b in zip(shapes, shapes[1:]))
+
+    rows = report["rows"]
+    expected = {(t, n, la) for t in ("2B", "8B") for n in names for la in (1, 2, 3)}
+    assert {(r["tower"], r["case"], r["lookahead"]) for r in rows} == expected
+    assert len(rows) == len(expected)
+    assert all(r["status"] == "ok" for r in rows)
+    assert all(r["bit_identical"] is True for r in rows)
+    for r in rows:
+        assert r["streamed_over_max_resident_floor"] == r["streamed_ms"] / max(r["resident_ms"], r["floor_ms"])
+    for tower in report["towers"].values():
+        assert tower["resident"]["changing-shapes"]["matches_single_encodes"] is True
+        assert sorted(tower["streamed"]) == ["1", "2", "3"]
+        for phase in tower["streamed"].values():
+            assert phase["units"] > 1
+            assert phase["ring_mib"] < phase["arena_mib"]
+            per_unit = phase["h2d"]["per_unit_from_arena"]
+            assert per_unit["copies"] == phase["units"] and phase["h2d"]["bytes"] > 0
+            assert all(c["bit_identical_first_encode"] for c in phase["cases"].values())
+    assert report["targets"]["bit_identical"] == len(rows)
+
+
+def test_the_profile_and_the_markdown_are_written(smoke_run):
+    report, markdown = smoke_run
+    profile = report["towers"]["2B"]["streamed"]["1"]["profile"]
+    assert "error" not in profile, profile.get("traceback")
+    assert profile["case"] == "image-64" and profile["encodes"] == 5
+    assert profile["summary"]["streams"] == []  # the CPU has no device streams
+    assert report["machine"]["device"] == "cpu" and report["smoke"] is True and report["complete"] is True
+    assert "streamed / max(resident, floor)" in markdown
+    assert "## Profile: 2B tower" in markdown
+    assert markdown.count("| 2B | one image") == 6 and markdown.count("| 8B |") >= 11
+
+
+def test_cases_past_the_time_budget_are_recorded_as_skipped(vllm_tree: Path, tmp_path: Path):
+    """The H200 run's safety net: past --budget-s nothing more runs, and the results are still written."""
+    report, markdown = run_smoke(
+        vllm_tree, tmp_path, "--budget-s", "0", "--towers", "8B", "--lookaheads", "2", "--profile", "8B:image-64:2"
+    )
+    tower = report["towers"]["8B"]
+    assert {r["status"] for r in tower["resident"].values()} == {"skipped"}
+    assert {r["status"] for r in tower["streamed"]["2"]["cases"].values()} == {"skipped"}
+    assert "profile" not in tower["streamed"]["2"]
+    assert len(report["rows"]) == len(report["cases"]) and {r["status"] for r in report["rows"]} == {"skipped"}
+    assert report["complete"] is True and report["targets"]["measured"] == 0
+    assert f"{len(report['cases'])} rows skipped" in markdown
