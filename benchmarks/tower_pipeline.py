@@ -37,7 +37,7 @@ there (the JSON after every phase, so a run cut short keeps what it measured).
 `--smoke` runs every code path on the CPU in seconds with tiny towers and tiny
 inputs (no timing claims: the CPU has no streams, the streamer copies
 synchronously there); tests/patches/test_tower_pipeline_smoke.py runs it. The
-H200 command is in benchmarks/gpu_next_run.md.
+H200 command is in benchmarks/gpu/README.md.
 """
 
 from __future__ import annotations

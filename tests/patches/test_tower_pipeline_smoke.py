@@ -1,6 +1,6 @@
 """benchmarks/tower_pipeline.py --smoke: issue 11's whole matrix on the CPU, tiny towers.
 
-The command the H200 runs (benchmarks/gpu_next_run.md), minus the GPU: both
+The command the H200 runs (benchmarks/gpu/README.md), minus the GPU: both
 towers, every input shape, lookahead 1-3, the H2D floor, the profile, the JSON
 and the Markdown, with vLLM's own `PrefetchOffloader` streaming real
 `Qwen3_VisionTransformer` towers from the patched tree. On the CPU the

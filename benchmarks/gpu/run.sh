@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# On the H200 (after benchmarks/gpu/stage.sh, carrying .gpu): one stage per `run` call, each
+# under the 600 s a command may take. Logs and results land in $OUT.
+#   bash benchmarks/gpu/run.sh proof     # in-tree tests, tower tests, engine tests (Qwen3-VL eager and
+#                                        # CUDA graphs, Qwen2.5-VL eager)
+#   bash benchmarks/gpu/run.sh serve     # vllm serve + openai (lru and shm mm cache), tower families
+#   bash benchmarks/gpu/run.sh pipeline  # the pipeline matrix (issue 11), the engine benchmark
+set -uo pipefail
+stage=${1:?usage: run.sh proof|serve|pipeline}
+: "${OUT:?run on the device machine, where \$OUT is set}"
+export VLLM_FORK_RESULTS=$OUT
+{ date -u; cat .gpu/repo/TREE; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.used,memory.total --format=csv
+  df -h /dev/shm; ulimit -l; nproc; free -g; } > "$OUT/machine-$stage.txt" 2>&1
+in_repo() { bash .gpu/run.sh bash -c "cd .gpu/repo && $1"; }
+pytest_gpu="python3 -m pytest -p no:cacheprovider -m gpu -q -s -rs"
+case $stage in
+proof)
+  bash .gpu/run.sh bash -c 'cd .gpu/tree && timeout 120 python3 -m pytest -p no:cacheprovider --noconftest -q -rs tests/model_executor/offloader tests/config' 2>&1 | tee "$OUT/gpu-intree-tests.log" | tail -15
+  in_repo "timeout 440 $pytest_gpu tests/gpu/test_tower_streaming_gpu.py tests/gpu/test_engine_offload_towers.py" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
+  ;;
+serve)
+  in_repo "timeout 330 $pytest_gpu tests/gpu/test_server_offload_towers.py" 2>&1 | tee "$OUT/gpu-server-tests.log" | tail -30
+  in_repo "timeout 200 python3 benchmarks/tower_matrix.py --out-dir $OUT/tower_matrix" 2>&1 | tee "$OUT/tower-matrix.log" | tail -30
+  ;;
+pipeline)
+  in_repo "timeout 340 python3 benchmarks/tower_pipeline.py --budget-s 300 --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
+  in_repo "timeout 200 python3 benchmarks/engine_offload.py --repeats 5 --out-dir $OUT/engine" 2>&1 | tee "$OUT/engine-offload.log" | tail -20
+  ;;
+*) echo "run.sh: unknown stage $stage (proof, serve, pipeline)" >&2; exit 2 ;;
+esac

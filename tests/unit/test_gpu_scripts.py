@@ -1,0 +1,34 @@
+"""The H200 run scripts (benchmarks/gpu/): valid shell, and every test file and benchmark they
+run exists, so a GPU session (scarce: 30 minutes) never spends its start on a stale path."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = sorted((ROOT / "benchmarks" / "gpu").glob("*.sh"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_scripts_parse(script: Path):
+    proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_every_path_the_run_script_names_exists():
+    text = (ROOT / "benchmarks" / "gpu" / "run.sh").read_text()
+    repo_paths = set(re.findall(r"\b((?:tests/gpu|benchmarks)/[\w/]+\.py)\b", text))
+    tree_paths = set(re.findall(r"\b(tests/(?:model_executor/offloader|config))\b", text))
+    assert {"tests/gpu/test_engine_offload_towers.py", "benchmarks/engine_offload.py"} <= repo_paths
+    missing = sorted(p for p in repo_paths if not (ROOT / p).is_file())
+    assert missing == [], f"benchmarks/gpu/run.sh runs {missing}, which do not exist"
+    # The vLLM-tree tests it runs travel with the patches.
+    patched = "".join(p.read_text() for p in (ROOT / "patches").glob("*.patch"))
+    assert tree_paths and all(f"b/{p}/" in patched for p in tree_paths)
+    # stage.sh copies what run.sh runs.
+    stage = (ROOT / "benchmarks" / "gpu" / "stage.sh").read_text()
+    assert all(p in stage for p in tree_paths)
