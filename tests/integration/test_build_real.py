@@ -12,10 +12,12 @@ import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.buildtrees import fork_root
+from support.scratch import module_scratch
 
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.core.zipraw import copy_raw
@@ -34,11 +36,12 @@ pytestmark = pytest.mark.slow
 RELEASE_KEY = "4b84359217f9797c94ac1611ec7816baedd1141aca225b2276c7566a10ea1692"
 
 
-@pytest.fixture(scope="session")
-def real_root(tmp_path_factory) -> Path:
-    root = fork_root(tmp_path_factory.mktemp("real") / "fork", with_index=True)
-    queue.apply(root=root)
-    return root
+@pytest.fixture(scope="module")
+def real_root(tmp_path_factory) -> Iterator[Path]:
+    with module_scratch(tmp_path_factory, "real") as tmp:
+        root = fork_root(tmp / "fork", with_index=True)
+        queue.apply(root=root)
+        yield root
 
 
 @pytest.fixture(scope="session")

@@ -12,11 +12,13 @@ import hashlib
 import json
 import signal
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support import faults
 from support.buildtrees import fork_root
+from support.scratch import module_scratch
 
 from vllm_fork.core.paths import cache_dir, default_tree
 from vllm_fork.queue import apply as queue
@@ -28,10 +30,11 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def real_root(tmp_path_factory) -> Path:
-    root = fork_root(tmp_path_factory.mktemp("faults") / "fork", with_index=True)
-    queue.apply(root=root)
-    return root
+def real_root(tmp_path_factory) -> Iterator[Path]:
+    with module_scratch(tmp_path_factory, "faults") as tmp:
+        root = fork_root(tmp / "fork", with_index=True)
+        queue.apply(root=root)
+        yield root
 
 
 def test_build_killed_at_many_points_is_recovered_by_the_next_build(real_root):

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from support.fork_copy import fork_with_wheel
 from support.image_probe import PROBE
+from support.scratch import module_scratch
 
 from vllm_fork.image import base as standin_base
 from vllm_fork.image import registry_push
@@ -67,8 +68,8 @@ def standin(dockerd, registry) -> dict:
 
 @pytest.fixture(scope="module")
 def fork(tmp_path_factory):
-    root, result = fork_with_wheel(tmp_path_factory.mktemp("image") / "fork")
-    return root, result
+    with module_scratch(tmp_path_factory, "image") as tmp:
+        yield fork_with_wheel(tmp / "fork")
 
 
 @pytest.fixture(scope="module")

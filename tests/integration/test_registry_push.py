@@ -20,6 +20,7 @@ import zipfile
 
 import pytest
 from support.fork_copy import fork_with_wheel
+from support.scratch import module_scratch
 
 from vllm_fork.image import registry_push
 from vllm_fork.image.base import LABEL_PYTHON, LABEL_SITE_PACKAGES, OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST
@@ -33,7 +34,8 @@ SITE = "/usr/local/lib/python3.11/dist-packages"
 
 @pytest.fixture(scope="module")
 def fork(tmp_path_factory):
-    return fork_with_wheel(tmp_path_factory.mktemp("push") / "fork")
+    with module_scratch(tmp_path_factory, "push") as tmp:
+        yield fork_with_wheel(tmp / "fork")
 
 
 def one_layer_base(dest):

@@ -14,11 +14,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from support.fork_copy import copy_repository, fork_with_wheel
+from support.scratch import module_scratch
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import git
@@ -52,9 +54,10 @@ class Real:
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory) -> Real:
-    _, result = fork_with_wheel(tmp_path_factory.mktemp("docker-real") / "fork")
-    return Real(result.wheel, result.provenance, result.record)
+def real(tmp_path_factory) -> Iterator[Real]:
+    with module_scratch(tmp_path_factory, "docker-real") as tmp:
+        _, result = fork_with_wheel(tmp / "fork")
+        yield Real(result.wheel, result.provenance, result.record)
 
 
 def add_wheel(real: Real, dist: Path, name: str | None = None, copy: bool = False) -> Path:
