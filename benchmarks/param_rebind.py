@@ -1,0 +1,103 @@
+"""Host time to re-point a streamed unit's parameters: the patch's `Tensor.set_` vs a view per parameter.
+
+Every unit of a streamed tower is re-pointed twice per encode (at the ring slot when its
+forward starts, back at the arena when it returns), on the host, between kernel launches;
+for a small image that host time is the encode's time. This times `StreamedUnit.bind` of
+the patched tree against what it replaced (a view of the flat bytes per parameter and a
+`.data` assignment, the usual way to swap a parameter's memory), on one block of
+Qwen3-VL-8B's vision tower (tests/gpu/vlm_checkpoint.VISION, bf16, 29 MiB), on the CPU:
+
+    python benchmarks/param_rebind.py --out benchmarks/results/param_rebind.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tests" / "patches"))
+sys.path.insert(0, str(REPO / "tests" / "gpu"))
+
+
+def block_unit():
+    """One full-size Qwen3-VL-8B vision block as a streamed unit placed in a host arena."""
+    import torch
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+    from vllm.model_executor.models.qwen3_vl import Qwen3_VisionTransformer
+    from vllm.model_executor.offloader.tower_streaming import HostArena, StreamedUnit, split_units
+    from vlm_checkpoint import VISION
+
+    config = Qwen3VLVisionConfig(**{**VISION, "depth": 4, "deepstack_visual_indexes": []})
+    torch.set_default_dtype(torch.bfloat16)
+    tower = Qwen3_VisionTransformer(config, prefix="visual")
+    spec = next(u for u in split_units(tower) if u.name == "blocks.0")
+    unit = StreamedUnit(spec, 0)
+    unit.place_in(HostArena(unit.nbytes, torch.device("cpu"), pin_memory=False), 0)
+    return unit
+
+
+def view_and_assign(unit, flat) -> None:
+    """The replaced way: a view of `flat` per parameter, bound with `.data =`."""
+    import torch
+
+    with torch.inference_mode(False):
+        for place in unit.places:
+            place.param.data = place.view(flat)
+
+
+def time_us(fn, rounds: int) -> list[float]:
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(200):
+            fn()
+        samples.append((time.perf_counter() - start) / 200 * 1e6)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    from vllm_cpu import ensure_tree, import_on_cpu
+
+    import_on_cpu(ensure_tree())
+    import torch
+    from tower_families import vllm_context
+
+    with vllm_context("gloo"):
+        unit = block_unit()
+        slot = torch.empty(unit.nbytes, dtype=torch.uint8)
+        with torch.inference_mode():
+            patch = time_us(lambda: (unit.bind(slot), unit.bind(unit.resting)), args.rounds)
+            views = time_us(lambda: (view_and_assign(unit, slot), view_and_assign(unit, unit.resting)), args.rounds)
+    median = {"set_": statistics.median(patch), "view_and_assign": statistics.median(views)}
+    report = {
+        "command": shlex.join(["python", *sys.argv]),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
+        "torch": torch.__version__,
+        "unit": {"parameters": len(unit.places), "bytes": unit.nbytes},
+        "us_per_unit_two_binds": median,
+        "samples_us": {"set_": [round(x, 1) for x in patch], "view_and_assign": [round(x, 1) for x in views]},
+        "speedup": median["view_and_assign"] / median["set_"],
+    }
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(
+        f"one 8B block ({len(unit.places)} parameters): two re-bindings {median['set_']:.1f} us with set_ "
+        f"vs {median['view_and_assign']:.1f} us with a view per parameter ({report['speedup']:.1f}x)"
+    )
+
+
+if __name__ == "__main__":
+    main()
