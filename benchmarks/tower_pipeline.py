@@ -66,25 +66,10 @@ import encode_bench as eb  # noqa: E402
 import tower_families as tf  # noqa: E402
 import trace_gaps  # noqa: E402
 from vlm_checkpoint import VISION as QWEN3_VL_8B_VISION  # noqa: E402
+from vlm_checkpoint import VISION_QWEN3_2B as QWEN3_VL_2B_VISION  # noqa: E402
 
 MiB = 1 << 20
 Grid = tuple[int, int, int]  # (t, h, w) in patches, before the 2x2 merge
-
-# Qwen3-VL-2B-Instruct's vision tower (its config.json): 776 MiB in bf16.
-QWEN3_VL_2B_VISION = {
-    "depth": 24,
-    "hidden_size": 1024,
-    "num_heads": 16,
-    "intermediate_size": 4096,
-    "out_hidden_size": 2048,
-    "deepstack_visual_indexes": [5, 11, 17],
-    "num_position_embeddings": 2304,
-    "patch_size": 16,
-    "temporal_patch_size": 2,
-    "spatial_merge_size": 2,
-    "in_channels": 3,
-    "hidden_act": "gelu_pytorch_tanh",
-}
 
 # Tiny stand-ins of the same shape for --smoke (CPU, seconds).
 TINY_VISION = {

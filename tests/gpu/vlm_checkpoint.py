@@ -32,6 +32,22 @@ VISION = {
     "initializer_range": 0.02,
 }
 
+# Qwen3-VL-2B-Instruct's vision tower (its config.json): 776 MiB in bf16 (the pipeline benchmark's small tower).
+VISION_QWEN3_2B = {
+    "depth": 24,
+    "hidden_size": 1024,
+    "num_heads": 16,
+    "intermediate_size": 4096,
+    "out_hidden_size": 2048,
+    "deepstack_visual_indexes": [5, 11, 17],
+    "num_position_embeddings": 2304,
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "in_channels": 3,
+    "hidden_act": "gelu_pytorch_tanh",
+}
+
 # Qwen2.5-VL-7B's vision tower (1.26 GiB bf16; its `device` follows a weight,
 # the case issue 10 found crashing), from the published config.json.
 VISION_QWEN2_5 = {

@@ -16,15 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.buildtrees import fork_root
-from support.scratch import module_scratch
+from support.buildtrees import applied_fork_root, fork_root
 
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.core.zipraw import copy_raw
 from vllm_fork.ops import cache as opscache
 from vllm_fork.ops.key import compute_key, patches_touching_inputs
 from vllm_fork.ops.seed import is_precompiled_member, official_wheel
-from vllm_fork.queue import apply as queue
 from vllm_fork.upstream.pin import load_pin
 from vllm_fork.wheel import provenance
 from vllm_fork.wheel.build import build, seed_cache
@@ -38,9 +36,7 @@ RELEASE_KEY = "4b84359217f9797c94ac1611ec7816baedd1141aca225b2276c7566a10ea1692"
 
 @pytest.fixture(scope="module")
 def real_root(tmp_path_factory) -> Iterator[Path]:
-    with module_scratch(tmp_path_factory, "real") as tmp:
-        root = fork_root(tmp / "fork", with_index=True)
-        queue.apply(root=root)
+    with applied_fork_root(tmp_path_factory, "real") as root:
         yield root
 
 

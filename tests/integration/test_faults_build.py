@@ -17,11 +17,9 @@ from pathlib import Path
 
 import pytest
 from support import faults
-from support.buildtrees import fork_root
-from support.scratch import module_scratch
+from support.buildtrees import applied_fork_root
 
 from vllm_fork.core.paths import cache_dir, default_tree
-from vllm_fork.queue import apply as queue
 from vllm_fork.queue.treelock import journal_path
 from vllm_fork.wheel import provenance
 from vllm_fork.wheel.verify import verify
@@ -31,9 +29,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def real_root(tmp_path_factory) -> Iterator[Path]:
-    with module_scratch(tmp_path_factory, "faults") as tmp:
-        root = fork_root(tmp / "fork", with_index=True)
-        queue.apply(root=root)
+    with applied_fork_root(tmp_path_factory, "faults") as root:
         yield root
 
 

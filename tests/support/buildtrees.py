@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from support.forkrepo import sh, write_files
+from support.scratch import module_scratch
 from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.queue import apply as queue
 
 VLLM_LIKE = {
     "CMakeLists.txt": "project(vllm)\n",
@@ -52,3 +58,12 @@ def fork_root(path: Path, with_index: bool = False) -> Path:
     for name in ("compiled-inputs.txt", "build-params.toml") + (("index.json",) if with_index else ()):
         shutil.copy2(REPO_ROOT / "ops-cache" / name, path / "ops-cache" / name)
     return path
+
+
+@contextmanager
+def applied_fork_root(factory: pytest.TempPathFactory, name: str) -> Iterator[Path]:
+    """A fork root with the ops index and its queue applied (the real release), for a module."""
+    with module_scratch(factory, name) as tmp:
+        root = fork_root(tmp / "fork", with_index=True)
+        queue.apply(root=root)
+        yield root
