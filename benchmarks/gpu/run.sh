@@ -5,8 +5,9 @@
 #                                        # CUDA graphs, Qwen2.5-VL eager)
 #   bash benchmarks/gpu/run.sh serve     # vllm serve + openai (lru and shm mm cache), tower families
 #   bash benchmarks/gpu/run.sh pipeline  # the pipeline matrix (issue 11), the engine benchmark
+#   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
 set -uo pipefail
-stage=${1:?usage: run.sh proof|serve|pipeline}
+stage=${1:?usage: run.sh proof|serve|pipeline|multi}
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
 { date -u; cat .gpu/repo/TREE; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.used,memory.total --format=csv
@@ -26,5 +27,8 @@ pipeline)
   in_repo "timeout 340 python3 benchmarks/tower_pipeline.py --budget-s 300 --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
   in_repo "timeout 200 python3 benchmarks/engine_offload.py --repeats 5 --out-dir $OUT/engine" 2>&1 | tee "$OUT/engine-offload.log" | tail -20
   ;;
-*) echo "run.sh: unknown stage $stage (proof, serve, pipeline)" >&2; exit 2 ;;
+multi)
+  in_repo "timeout 560 $pytest_gpu tests/gpu/test_engine_multi_gpu.py" 2>&1 | tee "$OUT/gpu-multi-gpu-tests.log" | tail -40
+  ;;
+*) echo "run.sh: unknown stage $stage (proof, serve, pipeline, multi)" >&2; exit 2 ;;
 esac

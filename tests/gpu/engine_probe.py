@@ -2,6 +2,7 @@
 
     python3 tests/gpu/engine_probe.py CHECKPOINT_DIR --mode resident|streamed
         [--cudagraphs] [--requests 20] [--latency-repeats 0]
+        [--tp N] [--pp N] [--mm-encoder-tp-mode weights|data]
 
 One engine per process, so every figure (GPU memory, pinned host memory,
 RSS) is this engine's alone; the engine core runs in this process
@@ -83,7 +84,7 @@ def _peak_rss_bytes() -> int:
 
 
 def _worker_figures(worker) -> dict:
-    """Read in the worker: weights, KV cache, tower and host memory."""
+    """Read in each worker (one per rank): weights, KV cache, tower and host memory."""
     import torch
     from vllm.model_executor.offloader import get_offloader
 
@@ -102,6 +103,7 @@ def _worker_figures(worker) -> dict:
         "caching_allocator_pinned_bytes": int(host_stats.get("allocated_bytes.current", 0)),
         "caching_allocator_pinned_reserved_bytes": int(host_stats.get("reserved_bytes.current", 0)),
         "gpu_allocated_bytes": torch.cuda.memory_allocated(),
+        "rss_bytes": _rss_bytes(),  # the worker's process (another process than the driver's at TP/PP > 1)
     }
 
 
@@ -112,7 +114,16 @@ def _gpu_allocated(worker) -> int:
     return torch.cuda.memory_allocated()
 
 
-def run(checkpoint: str, mode: str, cudagraphs: bool, requests: int, repeats: int) -> dict:
+def run(
+    checkpoint: str,
+    mode: str,
+    cudagraphs: bool,
+    requests: int,
+    repeats: int,
+    tp: int = 1,
+    pp: int = 1,
+    mm_encoder_tp_mode: str | None = None,
+) -> dict:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     from vllm import LLM, SamplingParams
@@ -127,11 +138,15 @@ def run(checkpoint: str, mode: str, cudagraphs: bool, requests: int, repeats: in
         gpu_memory_utilization=0.3,
         limit_mm_per_prompt={"image": 3},
         seed=0,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        **({"mm_encoder_tp_mode": mm_encoder_tp_mode} if mm_encoder_tp_mode else {}),
         **harness_kwargs(cudagraphs),
         **mode_kwargs(mode),
     )
     startup_s = time.perf_counter() - started
-    figures = llm.collective_rpc(_worker_figures)[0]
+    ranks = llm.collective_rpc(_worker_figures)
+    figures = ranks[0]
     rss_after_load = _rss_bytes()
 
     greedy = SamplingParams(temperature=0.0, max_tokens=8, prompt_logprobs=0, logprobs=0)
@@ -171,6 +186,8 @@ def run(checkpoint: str, mode: str, cudagraphs: bool, requests: int, repeats: in
         "family": family,
         "mode": mode,
         "cudagraphs": cudagraphs,
+        "parallel": {"tp": tp, "pp": pp, "mm_encoder_tp_mode": mm_encoder_tp_mode},
+        "ranks": ranks,
         "startup_s": startup_s,
         **figures,
         "rss_before_bytes": rss_before,
@@ -190,9 +207,21 @@ def main() -> None:
     parser.add_argument("--cudagraphs", action="store_true")
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--latency-repeats", type=int, default=0)
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
+    parser.add_argument("--pp", type=int, default=1, help="pipeline-parallel size")
+    parser.add_argument("--mm-encoder-tp-mode", choices=["weights", "data"])
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args()
-    result = run(args.checkpoint, args.mode, args.cudagraphs, args.requests, args.latency_repeats)
+    result = run(
+        args.checkpoint,
+        args.mode,
+        args.cudagraphs,
+        args.requests,
+        args.latency_repeats,
+        tp=args.tp,
+        pp=args.pp,
+        mm_encoder_tp_mode=args.mm_encoder_tp_mode,
+    )
     Path(args.out).write_text(json.dumps(result))
 
 

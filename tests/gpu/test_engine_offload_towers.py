@@ -12,67 +12,16 @@ resident one inside the real engine. Figures go to `$VLLM_FORK_RESULTS`
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from engine_runs import assert_same_outputs, record, run_probe
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
 
-HERE = Path(__file__).resolve().parent
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="session")
-def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    """One checkpoint per family, made when first asked for."""
-    sys.path.insert(0, str(HERE))
-    from vlm_checkpoint import make_checkpoint
-
-    class Checkpoints(dict):
-        def __missing__(self, family: str) -> Path:
-            self[family] = make_checkpoint(family, tmp_path_factory.mktemp(family))
-            return self[family]
-
-    return Checkpoints()
-
-
-def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600) -> dict:
-    out = checkpoint.parent / f"probe-{mode}-{'-'.join(extra) or 'eager'}.json"
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "engine_probe.py"), str(checkpoint), "--mode", mode, "--out", str(out), *extra],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    log = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        pytest.fail(f"engine_probe {mode} {extra} exited {proc.returncode}:\n{log[-6000:]}")
-    result = json.loads(out.read_text())
-    result["log_lines"] = [
-        line
-        for line in log.splitlines()
-        if any(
-            key in line
-            for key in ("Model loading took", "Available KV cache", "Streaming tower", "KV cache size", "WARNING")
-        )
-    ]
-    return result
-
-
-def record(name: str, data: dict) -> None:
-    directory = os.environ.get("VLLM_FORK_RESULTS")
-    if directory:
-        Path(directory, name).write_text(json.dumps(data, indent=1))
 
 
 @pytest.fixture(
@@ -89,12 +38,8 @@ def engines(request, checkpoints) -> dict[str, dict]:
 
 
 def test_same_tokens_and_prompt_logprobs(engines):
-    resident, streamed = engines["resident"]["compared"], engines["streamed"]["compared"]
-    assert [r["prompt_tokens"] for r in resident] == [s["prompt_tokens"] for s in streamed]
-    assert resident[0]["prompt_tokens"] > 2223  # the 2223-token image went in
-    for r, s in zip(resident, streamed):
-        assert s["tokens"] == r["tokens"]
-        assert s["prompt_logprobs"] == r["prompt_logprobs"]
+    assert engines["resident"]["compared"][0]["prompt_tokens"] > 2223  # the 2223-token image went in
+    assert_same_outputs(engines["resident"], engines["streamed"])
 
 
 def test_weights_on_gpu_shrink_by_the_tower(engines):

@@ -8,39 +8,27 @@ and after. Figures go to `$VLLM_FORK_RESULTS` (when set).
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
+from engine_runs import record
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 MiB = 1 << 20
 GiB = 1 << 30
 
 
-def record(name: str, data: dict) -> None:
-    directory = os.environ.get("VLLM_FORK_RESULTS")
-    if directory:
-        Path(directory, name).write_text(json.dumps(data, indent=1))
-
-
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    from vlm_checkpoint import make_checkpoint
-
-    return make_checkpoint("qwen3_vl", tmp_path_factory.mktemp("qwen3-vl"))
+def checkpoint(checkpoints) -> Path:
+    return checkpoints["qwen3_vl"]
 
 
 def chat(client, model: str, image_url: str, max_tokens: int = 8):

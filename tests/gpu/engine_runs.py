@@ -1,0 +1,50 @@
+"""Run `engine_probe.py` (one vLLM engine) in a subprocess, read what it measured, record it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+#: The engine's log lines kept with the figures.
+LOG_KEYS = ("Model loading took", "Available KV cache", "Streaming tower", "KV cache size", "WARNING")
+
+
+def record(name: str, data: dict) -> None:
+    """Write `data` as `$VLLM_FORK_RESULTS/name` (the device run's `$OUT`; nothing when unset)."""
+    directory = os.environ.get("VLLM_FORK_RESULTS")
+    if directory:
+        Path(directory, name).write_text(json.dumps(data, indent=1))
+
+
+def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600) -> dict:
+    out = checkpoint.parent / f"probe-{mode}-{'-'.join(extra) or 'eager'}.json"
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "engine_probe.py"), str(checkpoint), "--mode", mode, "--out", str(out), *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        pytest.fail(f"engine_probe {mode} {extra} exited {proc.returncode}:\n{log[-6000:]}")
+    result = json.loads(out.read_text())
+    result["log_lines"] = [line for line in log.splitlines() if any(key in line for key in LOG_KEYS)]
+    return result
+
+
+def assert_same_outputs(resident: dict, streamed: dict) -> None:
+    """Same greedy tokens and, float for float, the same prompt logprobs (they depend on the
+    image embeddings, so this proves the streamed encoder's output is the resident one's)."""
+    r, s = resident["compared"], streamed["compared"]
+    assert [x["prompt_tokens"] for x in r] == [x["prompt_tokens"] for x in s]
+    for a, b in zip(r, s):
+        assert b["tokens"] == a["tokens"]
+        assert b["prompt_logprobs"] == a["prompt_logprobs"]
