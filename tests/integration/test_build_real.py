@@ -40,7 +40,7 @@ def real_root(tmp_path_factory) -> Iterator[Path]:
         yield root
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def fast_build(real_root):
     return build(root=real_root, apply=False, route="fast")
 

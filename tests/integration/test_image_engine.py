@@ -51,12 +51,19 @@ def invoke(root: Path, *args: str, env: dict[str, str] | None = None) -> subproc
     )
 
 
+def prune_build_cache(dockerd) -> None:
+    """Drop the test engine's BuildKit cache (build contexts with the wheels, intermediate
+    snapshots): the images stay, and the disk is CI's to share."""
+    dockerd.docker("builder", "prune", "--all", "--force")
+
+
 @pytest.fixture(scope="module")
 def standin(dockerd, registry) -> dict:
     """The stand-in base, built once per machine (cached), pushed to the registry, pulled by the engine."""
     started = time.monotonic()
     image = standin_base.ensure_standin(dockerd.engine, log=lambda m: print(m, file=sys.stderr))
     TIMINGS["standin_ready_s"] = time.monotonic() - started
+    prune_build_cache(dockerd)
     pin = load_pin()
     ref = registry.ref(STANDIN_REPO, pin.tag)
     started = time.monotonic()
@@ -86,6 +93,7 @@ def dockerfile_image(dockerd, standin, fork) -> str:
     )
     TIMINGS["dockerfile_build_s"] = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    prune_build_cache(dockerd)
     assert "with BuildKit (DOCKER_BUILDKIT=1; no buildx here)" in proc.stderr  # it says which builder
     return DOCKERFILE_TAG
 
@@ -150,33 +158,36 @@ def test_labels_healthcheck_and_entrypoint(dockerd, fork, dockerfile_image, stan
     assert [Path(p).name for p in prov] == [result.provenance.name]
 
 
-def _top_layer(dockerd, ref: str) -> tuple[int, int, int]:
-    """The image's last layer as the registry holds it: (uncompressed bytes, gzip bytes, file count).
-
-    Read from the registry, not by `docker save`: that writes every layer of the base (GBs) to
-    disk for the sake of the one small layer on top.
-    """
-    parsed = registry_push.Ref.parse(ref)
-    reg = parsed.registry()
-    platform = dockerd.docker("version", "--format", "{{.Server.Os}}/{{.Server.Arch}}").stdout.decode().strip()
-    manifest, _ = registry_push.platform_manifest(reg, parsed.tag, platform)
-    data = gzip.decompress(registry_push.get_blob(reg, json.loads(manifest)["layers"][-1]["digest"]))
+def _layer_figures(data: bytes) -> tuple[int, int, int]:
+    """A layer tar's (uncompressed bytes, gzip bytes, regular files)."""
     with tarfile.open(fileobj=io.BytesIO(data)) as layer:
         count = sum(1 for m in layer.getmembers() if m.isfile())
     return len(data), len(gzip.compress(data, compresslevel=6, mtime=0)), count
 
 
-def _pushed(dockerd, image: str, standin: dict) -> str:
-    """`image` pushed into the stand-in's repository, where the base layers already are (only the top
-    layer travels)."""
-    ref = f"{standin['repo']}:dockerfile"
-    dockerd.docker("tag", image, ref)
-    dockerd.docker("push", ref)
-    return ref
+def _pushed_top_layer(dockerd, ref: str) -> tuple[int, int, int]:
+    """A pushed image's last layer, read from the registry."""
+    parsed = registry_push.Ref.parse(ref)
+    reg = parsed.registry()
+    platform = dockerd.docker("version", "--format", "{{.Server.Os}}/{{.Server.Arch}}").stdout.decode().strip()
+    manifest, _ = registry_push.platform_manifest(reg, parsed.tag, platform)
+    return _layer_figures(gzip.decompress(registry_push.get_blob(reg, json.loads(manifest)["layers"][-1]["digest"])))
+
+
+def _engine_top_layer(dockerd, image: str) -> tuple[int, int, int]:
+    """A built image's last layer, tarred from the engine's own store (overlay2's upper directory of
+    the image: that layer's files and whiteouts). Not `docker save` (it writes every base layer, GBs,
+    to disk) nor `docker push` (it re-compresses and uploads the base layers)."""
+    upper = Path(inspect(dockerd, image)["GraphDriver"]["Data"]["UpperDir"])
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(upper.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(upper)), recursive=False)
+    return _layer_figures(buffer.getvalue())
 
 
 def test_the_added_layer_is_small_as_the_readme_says(dockerd, dockerfile_image, standin):
-    raw, packed, count = _top_layer(dockerd, _pushed(dockerd, dockerfile_image, standin))
+    raw, packed, count = _engine_top_layer(dockerd, dockerfile_image)
     history = dockerd.docker("history", "--no-trunc", "--format", "{{.Size}}\t{{.CreatedBy}}", dockerfile_image)
     sizes = [line.split("\t")[0] for line in history.stdout.decode().splitlines()]
     nonempty = [s for s in sizes if s not in ("0B", "0")]
@@ -246,7 +257,7 @@ def test_daemonless_push_appends_the_layer_and_equals_the_dockerfile_image(
         assert pc["Config"][key] == bc["Config"][key], key
     assert sorted(pc["Config"]["Env"]) == sorted(bc["Config"]["Env"])
     assert pc["RootFS"]["Layers"][:-1] == bc["RootFS"]["Layers"][:-1]
-    raw, packed, count = _top_layer(dockerd, target)
+    raw, packed, count = _pushed_top_layer(dockerd, target)
     print(
         f"\ndaemonless route: added layer {count} files, {raw / 2**20:.2f} MiB, gzip {packed / 2**20:.2f} MiB; "
         f"timings {TIMINGS}",

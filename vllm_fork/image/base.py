@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -244,11 +245,9 @@ def _build(engine: Engine, pin: Pin, key: str, work: Path, log: LogFn) -> dict:
     timings["image_s"] = time.monotonic() - t
 
     t = time.monotonic()
-    saved = work / "saved.tar"
-    engine.run("save", "--output", str(saved), tag)
     layout = work / "image"
-    manifest = layout_from_save(saved, layout)
-    saved.unlink()
+    with engine.output_stream("save", tag) as saved:
+        manifest = layout_from_save(saved, layout, origin=f"`docker save {tag}`")
     timings["layout_s"] = time.monotonic() - t
     timings["total_s"] = time.monotonic() - started
     return {
@@ -261,31 +260,56 @@ def _build(engine: Engine, pin: Pin, key: str, work: Path, log: LogFn) -> dict:
     }
 
 
-def layout_from_save(saved: Path, out: Path) -> bytes:
-    """`docker save`'s tar -> out/{manifest.json, config.json, blobs/<sha256>} (gzip layers, mtime 0)."""
-    (out / "blobs").mkdir(parents=True)
-    with tarfile.open(saved) as tar:
-        index = json.load(_member(tar, saved, "manifest.json"))
-        if len(index) != 1:
-            raise ForkError(f"{saved}: expected one image in docker save's output, found {len(index)}")
-        entry = index[0]
-        config = _member(tar, saved, entry["Config"]).read()
-        layers = []
-        for name in entry["Layers"]:
-            tmp = out / "blobs" / ".layer.gz"
-            digest = hashlib.sha256()
-            # Level 1: the stand-in is big and local; the digest only has to be stable here.
-            with (
-                _member(tar, saved, name) as src,
-                open(tmp, "wb") as raw,
-                gzip.GzipFile(fileobj=_Tee(raw, digest), mode="wb", compresslevel=1, mtime=0) as gz,
-            ):
-                shutil.copyfileobj(src, gz, 1 << 20)
-            size = tmp.stat().st_size
-            os.replace(tmp, out / "blobs" / digest.hexdigest())
-            layers.append({"mediaType": OCI_LAYER_GZIP, "digest": f"sha256:{digest.hexdigest()}", "size": size})
+#: Members of `docker save`'s tar up to this size are held in memory until the tar's
+#: manifest.json says what they are (configs, small layers); larger ones can only be layers.
+SMALL_MEMBER_BYTES = 8 << 20
+
+
+def layout_from_save(saved: IO[bytes], out: Path, origin: str) -> bytes:
+    """`docker save`'s tar, read once as a stream -> out/{manifest.json, config.json, blobs/<sha256>}
+    (gzip layers, mtime 0).
+
+    The tar (GBs for the stand-in) is never written to disk: every large member is gzipped into
+    a blob as it arrives, small ones wait in memory for manifest.json, which docker writes
+    after the blobs.
+    """
+    blobs = out / "blobs"
+    blobs.mkdir(parents=True)
+    small: dict[str, bytes] = {}
+    packed: dict[str, tuple[Path, str, int]] = {}
+    with tarfile.open(fileobj=saved, mode="r|") as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            src = tar.extractfile(member)
+            assert src is not None  # a regular file
+            if member.size <= SMALL_MEMBER_BYTES:
+                small[member.name] = src.read()
+            else:
+                packed[member.name] = _gzip_blob(src, blobs)
+    if "manifest.json" not in small:
+        raise ForkError(f"{origin}: no manifest.json in its output; build the stand-in again")
+    index = json.loads(small["manifest.json"])
+    if len(index) != 1:
+        raise ForkError(f"{origin}: expected one image in docker save's output, found {len(index)}")
+    entry = index[0]
+    if entry["Config"] not in small:
+        raise ForkError(f"{origin}: the image config {entry['Config']} is missing or too large")
+    config = small[entry["Config"]]
+    layers = []
+    for name in entry["Layers"]:
+        if name in packed:
+            tmp, digest, size = packed.pop(name)
+        elif name in small:
+            tmp, digest, size = _gzip_blob(io.BytesIO(small[name]), blobs)
+        else:
+            raise ForkError(f"{origin}: layer {name} is not in its output; build the stand-in again")
+        os.replace(tmp, blobs / digest)
+        layers.append({"mediaType": OCI_LAYER_GZIP, "digest": f"sha256:{digest}", "size": size})
+    for tmp, _, _ in packed.values():  # members no manifest names
+        tmp.unlink()
     config_digest = hashlib.sha256(config).hexdigest()
-    (out / "blobs" / config_digest).write_bytes(config)
+    (blobs / config_digest).write_bytes(config)
     (out / "config.json").write_bytes(config)
     manifest = json.dumps(
         {
@@ -301,12 +325,17 @@ def layout_from_save(saved: Path, out: Path) -> bytes:
     return manifest
 
 
-def _member(tar: tarfile.TarFile, saved: Path, name: str) -> IO[bytes]:
-    """A file of docker save's tar; tarfile gives None for a member that is not a regular file."""
-    member = tar.extractfile(name)
-    if member is None:
-        raise ForkError(f"{saved}: {name} in docker save's output is not a regular file; build the stand-in again")
-    return member
+def _gzip_blob(src: IO[bytes], blobs: Path) -> tuple[Path, str, int]:
+    """Gzip `src` into a new temp file under `blobs`: (its path, the gzip's sha256, its size)."""
+    digest = hashlib.sha256()
+    # Level 1: the stand-in is big and local; the digest only has to be stable here.
+    with (
+        tempfile.NamedTemporaryFile(dir=blobs, prefix=".layer-", suffix=".gz", delete=False) as raw,
+        gzip.GzipFile(fileobj=_Tee(raw, digest), mode="wb", compresslevel=1, mtime=0) as gz,
+    ):
+        shutil.copyfileobj(src, gz, 1 << 20)
+    tmp = Path(raw.name)
+    return tmp, digest.hexdigest(), tmp.stat().st_size
 
 
 class _Tee:

@@ -12,7 +12,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import IO
 
 from vllm_fork.core.errors import ForkError
 
@@ -82,6 +86,40 @@ class Engine:
             err = proc.stderr.decode(errors="replace").strip() if capture else "(output above)"
             raise ForkError(f"`docker {' '.join(args[:3])} ...` failed ({proc.returncode}): {err}")
         return proc
+
+    @contextmanager
+    def output_stream(self, *args: str) -> Iterator[IO[bytes]]:
+        """`docker ARGS`'s stdout as a stream, for output too big to hold or store (`docker save`).
+
+        On failure a ForkError with the client's stderr, also when the reader gave up first
+        because the stream broke off.
+        """
+        with tempfile.TemporaryFile() as errors:
+            try:
+                proc = subprocess.Popen([self.client, *args], env=self.environ(), stdout=subprocess.PIPE, stderr=errors)
+            except OSError as exc:
+                raise ForkError(f"cannot run the docker client {self.client}: {exc.strerror}") from None
+            assert proc.stdout is not None  # stdout=PIPE
+            try:
+                yield proc.stdout
+            except BaseException:
+                failed = proc.poll()  # before the kill: did the client fail by itself?
+                proc.kill()
+                proc.wait()
+                if failed:
+                    raise self._failed(args, failed, errors) from None
+                raise
+            finally:
+                proc.stdout.close()
+            returncode = proc.wait()
+            if returncode != 0:
+                raise self._failed(args, returncode, errors)
+
+    @staticmethod
+    def _failed(args: tuple[str, ...], returncode: int, errors: IO[bytes]) -> ForkError:
+        errors.seek(0)
+        err = errors.read().decode(errors="replace").strip()
+        return ForkError(f"`docker {' '.join(args[:3])} ...` failed ({returncode}): {err}")
 
 
 def client_path() -> str | None:
