@@ -43,6 +43,8 @@ def _param(family: tf.TowerFamily):
         marks.append(pytest.mark.skip(reason=skip))
     if family.slow_on_cpu:
         marks.append(pytest.mark.slow)
+    if family.differs:
+        marks.append(pytest.mark.xfail(strict=True, raises=tf.NotBitIdentical, reason=family.differs))
     return pytest.param(family, id=family.name, marks=marks)
 
 
@@ -84,7 +86,10 @@ def _define_missing_activation_ops() -> torch.library.Library:
 @pytest.fixture(scope="module")
 def vllm_state():
     library = _define_missing_activation_ops()
-    with tf.vllm_context("gloo") as config:
+    with pytest.MonkeyPatch.context() as patch, tf.vllm_context("gloo") as config:
+        # A CPU-only torch raises instead of answering (MiniCPM-V's resampler
+        # asks before it grows its position cache); nothing is captured here.
+        patch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
         yield config
     del library
 
@@ -117,7 +122,7 @@ def test_tiny_tower_streams_bit_identically(vllm_state, family: tf.TowerFamily):
     assert streamed_params == {id(p) for t in towers.values() for p in t.parameters()}
 
     for _ in range(3):
-        assert tf.bit_identical(tf.encode(family, host, inputs), reference)
+        tf.check_bit_identical(tf.encode(family, host, inputs), reference)
         assert all(u.is_packed() for t in streamer.towers for u in t.units)
         assert all(t.in_flight_units == [] for t in streamer.towers)
     assert tf.device_properties(host, towers) == devices
