@@ -1233,6 +1233,141 @@ def _minicpmv_inputs(host: nn.Module, size: str, generator):
     )
 
 
+# -- Molmo (CLIP ViT, 2x2 attention pooling, SwiGLU projector) ------------------
+
+
+def _build_molmo(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.molmo import MolmoVisionBackbone, VisionBackboneConfig
+
+    # MolmoForCausalLM builds `VisionBackboneConfig()` whatever the checkpoint
+    # (its defaults are the CLIP ViT-L/14-336 of Molmo-7B-D); the projector
+    # takes the language model's sizes. Tiny: 9 layers, for the two feature
+    # layers it concatenates (-2 and -9).
+    vision = _size(
+        size,
+        VisionBackboneConfig(
+            image_default_input_size=(32, 32),
+            image_patch_size=4,
+            image_pos_patch_size=4,
+            image_emb_dim=64,
+            image_num_heads=4,
+            image_num_key_value_heads=4,
+            image_num_layers=9,
+            image_mlp_dim=128,
+            image_num_pos=65,
+        ),
+        VisionBackboneConfig(),
+    )
+    host.config = remote_config(hidden_size=_size(size, 96, 3584), intermediate_size=_size(size, 192, 37888))
+    host.vision_backbone = MolmoVisionBackbone(host.config, vision, None, prefix="vision_backbone")
+
+
+def _molmo_inputs(host: nn.Module, size: str, generator):
+    backbone = host.vision_backbone
+    rows, cols = backbone.image_num_patch
+    patch = backbone.image_vit.patch_embedding.in_features
+    tokens = backbone.llm_patches_per_crop[0] * backbone.llm_patches_per_crop[1]
+    # A large image: 12 crops and the global view; a small one: 1 crop and the view.
+    crops = _size(size, [3, 2], [13, 2])
+    images = randn(generator, sum(crops), rows * cols, patch).to(_dtype())
+    masks = torch.ones(sum(crops), rows * cols, device=generator.device)
+    masks[-1, -cols:] = 0.5  # a partly padded crop
+    # Where each crop's pooled tokens go in the prompt (-1: not shown).
+    index = torch.arange(sum(crops) * tokens, device=generator.device).view(sum(crops), tokens)
+    index[0, -2:] = -1
+    return {"images": images, "image_masks": masks.to(_dtype()), "image_input_idx": index, "num_crops": torch.tensor(crops)}
+
+
+# -- Molmo2 (SigLIP 2 ViT, attention pooling over index lists) -----------------
+
+
+class TokenEmbedding(nn.Module):
+    """The language model's input embedding, all that an encode asks of it.
+
+    Molmo2's `_process_image_input` embeds each image's prompt tokens and
+    writes the pooled features over its patch tokens.
+    """
+
+    def __init__(self, vocab: int, hidden: int):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, hidden)
+
+    def embed_input_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(ids)
+
+
+MOLMO2_PATCH_TOKEN = 3
+
+
+def _build_molmo2(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.molmo2 import AdapterConfig, Molmo2VisionBackbone, VitConfig
+
+    vit = _size(
+        size,
+        VitConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=9,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            head_dim=16,
+            image_default_input_size=(28, 28),
+            image_patch_size=4,
+            image_num_pos=49,
+        ),
+        VitConfig(),  # the defaults are SigLIP 2 so400m/14 at 378
+    )
+    # Molmo2-8B's adapter maps to Qwen3-8B (hidden 4096, MLP 12288).
+    adapter = _size(
+        size,
+        AdapterConfig(
+            hidden_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            head_dim=16,
+            intermediate_size=192,
+            text_hidden_size=96,
+        ),
+        AdapterConfig(text_hidden_size=4096, intermediate_size=12288),
+    )
+    host.vision_backbone = Molmo2VisionBackbone(vit, adapter, None, prefix="vision_backbone")
+    host.img_patch_id = MOLMO2_PATCH_TOKEN
+    embedding = TokenEmbedding(8, adapter.text_hidden_size)
+    host.get_language_model = lambda: embedding
+
+
+def _pool_2x2(rows: int, cols: int, offset: int) -> list[list[int]]:
+    """Indices of each 2x2 cell of a rows x cols crop (-1 past the edge)."""
+    cells = []
+    for r in range(0, rows, 2):
+        for c in range(0, cols, 2):
+            cells.append(
+                [offset + y * cols + x if y < rows and x < cols else -1 for y in (r, r + 1) for x in (c, c + 1)]
+            )
+    return cells
+
+
+def _molmo2_inputs(host: nn.Module, size: str, generator):
+    patch_dim = host.vision_backbone.image_vit.patch_embedding.in_features
+    side = _size(size, 7, 27)  # patches a side of each crop
+    crops = [_size(size, 3, 5), 1]  # crops and the global view; a small image
+    pooling, pooled = [], []
+    for image, count in enumerate(crops):
+        before = sum(crops[:image])
+        cells = [cell for k in range(count) for cell in _pool_2x2(side, side, (before + k) * side * side)]
+        pooling += cells
+        pooled.append(len(cells))
+    tokens = [torch.tensor([1, *[MOLMO2_PATCH_TOKEN] * n, 2]) for n in pooled]
+    device = generator.device
+    return {
+        "pixel_values": randn(generator, sum(crops), side * side, patch_dim).to(_dtype()),
+        "token_pooling": torch.tensor(pooling, device=device),
+        "num_pooled_patches": torch.tensor(pooled),
+        "image_tokens": torch.cat(tokens).to(device),
+        "num_image_tokens": torch.tensor([len(t) for t in tokens]),
+    }
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -1401,6 +1536,22 @@ FAMILIES: list[TowerFamily] = [
         process="_process_vision_input",
         full_tower="openbmb/MiniCPM-V-4_5",
         differs=INFERENCE_VIEWS,
+    ),
+    TowerFamily(
+        "molmo",
+        "molmo:MolmoForCausalLM",
+        ("vision_backbone",),
+        _build_molmo,
+        _molmo_inputs,
+        full_tower="allenai/Molmo-7B-D-0924",
+    ),
+    TowerFamily(
+        "molmo2",
+        "molmo2:Molmo2ForConditionalGeneration",
+        ("vision_backbone",),
+        _build_molmo2,
+        _molmo2_inputs,
+        full_tower="allenai/Molmo2-8B",
     ),
 ]
 
