@@ -1368,6 +1368,99 @@ def _molmo2_inputs(host: nn.Module, size: str, generator):
     }
 
 
+# -- Pixtral in Mistral's format (vision_encoder + adapter) ---------------------
+
+
+def _pixtral_builder(full: dict[str, Any], text_hidden: int):
+    def build(host: nn.Module, size: str) -> None:
+        from transformers import PixtralVisionConfig
+        from vllm.model_executor.layers.layernorm import RMSNorm
+        from vllm.model_executor.models.pixtral import (
+            PATCH_MERGE,
+            PatchMerger,
+            VisionEncoderArgs,
+            VisionLanguageAdapter,
+            VisionTransformer,
+        )
+
+        dims = _size(
+            size,
+            {
+                "hidden_size": 64,
+                "num_channels": 3,
+                "image_size": 64,
+                "patch_size": 4,
+                "intermediate_size": 128,
+                "num_hidden_layers": 3,
+                "num_attention_heads": 4,
+                "rope_theta": 10000.0,
+                "image_token_id": 10,
+                # The released layout: merger, norm, adapter bias.
+                **{k: v for k, v in full.items() if k in MISTRAL_LAYOUT},
+            },
+            full,
+        )
+        # As PixtralForConditionalGeneration.__init__ (params.json's vision_encoder).
+        host.config = remote_config(
+            vision_config=PixtralVisionConfig(**dims),
+            text_config=remote_config(hidden_size=_size(size, 96, text_hidden)),
+        )
+        args = host.vision_args = VisionEncoderArgs(**dims)
+        host.vision_encoder = VisionTransformer(args, prefix="vision_encoder")
+        host.pre_mm_projector_norm = (
+            RMSNorm(args.hidden_size, eps=1e-5) if args.add_pre_mm_projector_layer_norm else None
+        )
+        host.patch_merger = (
+            PatchMerger(
+                vision_encoder_dim=args.hidden_size,
+                spatial_merge_size=args.spatial_merge_size,
+                use_mlp_bias=False,
+            )
+            if args.mm_projector_id == PATCH_MERGE
+            else None
+        )
+        host.vision_language_adapter = VisionLanguageAdapter(args, dim=host.config.text_config.hidden_size)
+
+    return build
+
+
+MISTRAL_LAYOUT = ("adapter_bias", "spatial_merge_size", "add_pre_mm_projector_layer_norm", "mm_projector_id")
+PIXTRAL_12B = {
+    "hidden_size": 1024,
+    "num_channels": 3,
+    "image_size": 1024,
+    "patch_size": 16,
+    "intermediate_size": 4096,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "rope_theta": 10000.0,
+    "image_token_id": 10,
+}
+# Mistral-Small-3.1's params.json: the same ViT at patch 14 and 1540, with a
+# 2x2 patch merger and a norm before it.
+MISTRAL_SMALL_3_1 = {
+    **PIXTRAL_12B,
+    "image_size": 1540,
+    "patch_size": 14,
+    "adapter_bias": False,
+    "spatial_merge_size": 2,
+    "add_pre_mm_projector_layer_norm": True,
+    "mm_projector_id": "patch_merge",
+}
+
+
+def _pixtral_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.pixtral import PixtralImagePixelInputs
+
+    # Images at their own sizes, cut to multiples of the patch (times the merge).
+    unit = host.vision_args.patch_size * host.vision_args.spatial_merge_size
+    sides = _size(size, [(32, 48), (16, 16)], [(1036, 1484), (504, 728)])
+    return PixtralImagePixelInputs(
+        type="pixel_values",
+        images=[randn(generator, 3, h // unit * unit, w // unit * unit).to(_dtype()) for h, w in sides],
+    )
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -1552,6 +1645,24 @@ FAMILIES: list[TowerFamily] = [
         _build_molmo2,
         _molmo2_inputs,
         full_tower="allenai/Molmo2-8B",
+    ),
+    TowerFamily(
+        "pixtral",
+        "pixtral:PixtralForConditionalGeneration",
+        ("vision_encoder", "vision_language_adapter"),
+        _pixtral_builder(PIXTRAL_12B, text_hidden=5120),
+        _pixtral_inputs,
+        full_tower="mistralai/Pixtral-12B-2409",
+        needs=("mistral_common",),
+    ),
+    TowerFamily(
+        "pixtral_merge",
+        "pixtral:PixtralForConditionalGeneration",
+        ("vision_encoder", "pre_mm_projector_norm", "patch_merger", "vision_language_adapter"),
+        _pixtral_builder(MISTRAL_SMALL_3_1, text_hidden=5120),
+        _pixtral_inputs,
+        full_tower="mistralai/Mistral-Small-3.1-24B-Instruct-2503 (Mistral format)",
+        needs=("mistral_common",),
     ),
 ]
 
