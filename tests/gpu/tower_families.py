@@ -195,7 +195,8 @@ def encode(family: TowerFamily, host: nn.Module, inputs: dict[str, Any]) -> list
     """Run the model's own process method; the output as a flat tensor list."""
     method = getattr(type(host), family.process)
     with torch.inference_mode():
-        out = method(host, inputs)
+        # `embed_multimodal` takes the mm kwargs; `_process_*` a parsed input.
+        out = method(host, **inputs) if family.process == "embed_multimodal" else method(host, inputs)
     return flatten(out)
 
 
@@ -1461,6 +1462,55 @@ def _pixtral_inputs(host: nn.Module, size: str, generator):
     )
 
 
+# -- Whisper's encoder (vLLM's WhisperEncoder) ----------------------------------
+
+
+def whisper_config(size: str, **extra: Any):
+    """A transformers WhisperConfig: tiny, or Whisper-large-v3's encoder."""
+    from transformers import WhisperConfig
+
+    dims = _size(
+        size,
+        {"d_model": 64, "encoder_layers": 3, "encoder_attention_heads": 4, "encoder_ffn_dim": 128},
+        {"d_model": 1280, "encoder_layers": 32, "encoder_attention_heads": 20, "encoder_ffn_dim": 5120},
+    )
+    return WhisperConfig(**dims, num_mel_bins=128, max_source_positions=1500, **extra)
+
+
+def model_config_view(hf_config: Any, dtype: torch.dtype):
+    """The current VllmConfig as a model class sees it, with `hf_config` set.
+
+    Classes such as `WhisperEncoder` read their config from
+    `vllm_config.model_config`, which the matrix's context leaves unset.
+    """
+    from types import SimpleNamespace
+
+    from vllm.config import get_current_vllm_config
+
+    vllm_config = get_current_vllm_config()
+    return SimpleNamespace(
+        model_config=SimpleNamespace(hf_config=hf_config, dtype=dtype),
+        cache_config=vllm_config.cache_config,
+        quant_config=None,
+    )
+
+
+def _build_whisper(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.whisper import WhisperEncoder, WhisperModel
+
+    host.config = whisper_config(size)
+    host.dtype = _dtype()
+    # Only the encoder of WhisperModel (the tower target); no decoder.
+    host.model = WhisperModel.__new__(WhisperModel)
+    nn.Module.__init__(host.model)
+    host.model.encoder = WhisperEncoder(vllm_config=model_config_view(host.config, _dtype()), prefix="model.encoder")
+
+
+def _whisper_inputs(host: nn.Module, size: str, generator):
+    # Two clips, each padded to Whisper's 30 s window of 100 mel frames/s.
+    return {"input_features": [randn(generator, 128, 3000) for _ in range(2)]}
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -1663,6 +1713,15 @@ FAMILIES: list[TowerFamily] = [
         _pixtral_inputs,
         full_tower="mistralai/Mistral-Small-3.1-24B-Instruct-2503 (Mistral format)",
         needs=("mistral_common",),
+    ),
+    TowerFamily(
+        "whisper",
+        "whisper:WhisperForConditionalGeneration",
+        ("model.encoder",),
+        _build_whisper,
+        _whisper_inputs,
+        process="embed_multimodal",
+        full_tower="openai/whisper-large-v3",
     ),
 ]
 
