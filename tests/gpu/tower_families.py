@@ -229,7 +229,9 @@ class NotBitIdentical(AssertionError):
 
 def check_bit_identical(streamed: list[torch.Tensor], resident: list[torch.Tensor]) -> None:
     if not bit_identical(streamed, resident):
-        raise NotBitIdentical(f"streamed output differs from resident: max abs diff {max_abs_diff(streamed, resident):.3g}")
+        raise NotBitIdentical(
+            f"streamed output differs from resident: max abs diff {max_abs_diff(streamed, resident):.3g}"
+        )
 
 
 def device_properties(host: nn.Module, towers: dict[str, nn.Module]) -> dict[str, str]:
@@ -1276,7 +1278,12 @@ def _molmo_inputs(host: nn.Module, size: str, generator):
     # Where each crop's pooled tokens go in the prompt (-1: not shown).
     index = torch.arange(sum(crops) * tokens, device=generator.device).view(sum(crops), tokens)
     index[0, -2:] = -1
-    return {"images": images, "image_masks": masks.to(_dtype()), "image_input_idx": index, "num_crops": torch.tensor(crops)}
+    return {
+        "images": images,
+        "image_masks": masks.to(_dtype()),
+        "image_input_idx": index,
+        "num_crops": torch.tensor(crops),
+    }
 
 
 # -- Molmo2 (SigLIP 2 ViT, attention pooling over index lists) -----------------
@@ -1511,6 +1518,90 @@ def _whisper_inputs(host: nn.Module, size: str, generator):
     return {"input_features": [randn(generator, 128, 3000) for _ in range(2)]}
 
 
+# -- Cohere Compass (North vision: a Qwen3-VL-style tower with deepstack) ------
+
+
+def _build_cohere_compass(host: nn.Module, size: str) -> None:
+    from transformers.models.cohere_compass.configuration_cohere_compass import (
+        CohereCompassVisionConfig,
+    )
+    from vllm.model_executor.models.cohere_compass import Cohere_VisionTransformer
+
+    vision = _size(
+        size,
+        CohereCompassVisionConfig(
+            depth=4,
+            hidden_size=64,
+            num_heads=4,
+            intermediate_size=128,
+            out_hidden_size=96,
+            deepstack_visual_indexes=[1, 2],
+            num_position_embeddings=64,
+            patch_size=4,
+        ),
+        # transformers' defaults, documented as CohereLabs/North-Micro-Vision-Instruct.
+        CohereCompassVisionConfig(),
+    )
+    host.visual = Cohere_VisionTransformer(vision, norm_eps=1e-6, quant_config=None, prefix="visual")
+
+
+# -- LLaVA-OneVision-2 (OneVision encoder; positions per patch) -----------------
+
+
+def _build_llava_onevision2(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.llava_onevision2 import LlavaOnevision2VisionTower
+
+    vision = _size(
+        size,
+        remote_config(
+            patch_size=4,
+            spatial_merge_size=2,
+            hidden_size=64,
+            num_hidden_layers=3,
+            num_attention_heads=2,  # its rotary needs head_dim // 2 % 16 == 0
+            intermediate_size=128,
+        ),
+        # Assumed, not read from the checkpoint (remote code, not reachable
+        # here): the ViT-L shape of vLLM's LlavaOnevision2VisionEmbeddings
+        # defaults (patch 14, width 1024), 24 layers, 2x2 merge.
+        remote_config(
+            patch_size=14,
+            spatial_merge_size=2,
+            hidden_size=1024,
+            num_hidden_layers=24,
+            num_attention_heads=16,
+            intermediate_size=4096,
+        ),
+    )
+    host.visual = LlavaOnevision2VisionTower(
+        vision,
+        text_hidden_size=_size(size, 96, 4096),  # Qwen3-8B
+        norm_eps=1e-6,
+        quant_config=None,
+        prefix="visual",
+    )
+
+
+def _merge_block_positions(grids: list[list[int]], merge: int = 2) -> torch.Tensor:
+    """(t, h, w) of every patch, in the merge-block order the processors emit."""
+    rows = []
+    for t, h, w in grids:
+        for frame in range(t):
+            for bh in range(0, h, merge):
+                for bw in range(0, w, merge):
+                    rows += [[frame, bh + dh, bw + dw] for dh in range(merge) for dw in range(merge)]
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def _llava_onevision2_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.llava_onevision2 import LlavaOnevision2ImagePixelInputs
+
+    patch = _size(size, 4, 14)
+    grids = _size(size, GRIDS_TINY, GRIDS_FULL_14)
+    flat = grid_inputs(grids, 3 * patch * patch, generator, _dtype())
+    return LlavaOnevision2ImagePixelInputs(**flat, patch_positions=_merge_block_positions(grids).to(generator.device))
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -1722,6 +1813,22 @@ FAMILIES: list[TowerFamily] = [
         _whisper_inputs,
         process="embed_multimodal",
         full_tower="openai/whisper-large-v3",
+    ),
+    TowerFamily(
+        "cohere_compass",
+        "cohere_compass:CohereCompassForConditionalGeneration",
+        ("visual",),
+        _build_cohere_compass,
+        _qwen_grid_inputs(16),
+        full_tower="CohereLabs/North-Micro-Vision-Instruct",
+    ),
+    TowerFamily(
+        "llava_onevision2",
+        "llava_onevision2:LlavaOnevision2ForConditionalGeneration",
+        ("visual",),
+        _build_llava_onevision2,
+        _llava_onevision2_inputs,
+        full_tower="lmms-lab-encoder/LLaVA-OneVision-2-8B-Instruct (tower dims assumed)",
     ),
 ]
 
