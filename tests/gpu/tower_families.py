@@ -1602,6 +1602,40 @@ def _llava_onevision2_inputs(host: nn.Module, size: str, generator):
     return LlavaOnevision2ImagePixelInputs(**flat, patch_positions=_merge_block_positions(grids).to(generator.device))
 
 
+# -- MiMo-V2.5-Omni (vision tower; GQA ViT with windows) ------------------------
+
+
+def _build_mimo_v2_omni(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.mimo_v2_omni import MiMoVisionTransformer
+    from vllm.transformers_utils.configs.mimo_v2_omni import Mimo_VLVisionConfig
+
+    vision = _size(
+        size,
+        Mimo_VLVisionConfig(
+            depth=4,
+            hidden_size=64,
+            intermediate_size=128,
+            num_heads=4,
+            num_key_value_heads=2,
+            num_query_groups=2,
+            qk_channels=16,
+            kv_channels=16,
+            patch_size=4,
+            window_size=32,
+            out_hidden_size=96,
+            # Window attention (with sinks) is a Triton kernel: full
+            # attention in every block on the CPU; the GPU runs the windows.
+            fullatt_block_indexes=[0, 1, 2, 3],
+            use_sink=True,
+        ),
+        # vLLM's defaults are MiMo-V2.5-Omni's ViT, less `use_sink` (the
+        # checkpoint's config sets it; vLLM's config class has no default).
+        Mimo_VLVisionConfig(use_sink=True),
+    )
+    host.config = remote_config(vision_config=vision)
+    host.visual = MiMoVisionTransformer(vision, norm_eps=1e-6, quant_config=None, prefix="visual")
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -1829,6 +1863,14 @@ FAMILIES: list[TowerFamily] = [
         _build_llava_onevision2,
         _llava_onevision2_inputs,
         full_tower="lmms-lab-encoder/LLaVA-OneVision-2-8B-Instruct (tower dims assumed)",
+    ),
+    TowerFamily(
+        "mimo_v2_omni",
+        "mimo_v2_omni:MiMoV2OmniForCausalLM",
+        ("visual",),
+        _build_mimo_v2_omni,
+        _qwen_grid_inputs(16),
+        full_tower="XiaomiMiMo/MiMo-V2.5-Omni (vision tower; the audio encoder needs its tokenizer files)",
     ),
 ]
 
