@@ -1636,6 +1636,88 @@ def _build_mimo_v2_omni(host: nn.Module, size: str) -> None:
     host.visual = MiMoVisionTransformer(vision, norm_eps=1e-6, quant_config=None, prefix="visual")
 
 
+# -- LLaVA-1.5 (CLIP ViT-L/14-336) and PaliGemma (SigLIP) ----------------------
+
+# CLIP ViT-L/14 at 336 (LLaVA-1.5, LLaVA-NeXT, ...).
+CLIP_L14_336 = {
+    "hidden_size": 1024,
+    "intermediate_size": 4096,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "image_size": 336,
+    "patch_size": 14,
+    "projection_dim": 768,
+}
+TINY_VIT = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "image_size": 32,
+    "patch_size": 4,
+}
+
+
+def _build_llava(host: nn.Module, size: str) -> None:
+    from transformers import LlavaConfig
+    from vllm.model_executor.models.llava import (
+        LlavaMultiModalProjector,
+        init_vision_tower_for_llava,
+    )
+
+    config = host.config = LlavaConfig(
+        vision_config={"model_type": "clip_vision_model", **_size(size, TINY_VIT, CLIP_L14_336)},
+        text_config={"hidden_size": _size(size, 96, 4096)},
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",
+    )
+    # As LlavaForConditionalGeneration.__init__.
+    host.vision_tower = init_vision_tower_for_llava(
+        config, quant_config=None, require_post_norm=False, prefix="vision_tower"
+    )
+    host.multi_modal_projector = LlavaMultiModalProjector(
+        vision_hidden_size=config.vision_config.hidden_size,
+        text_hidden_size=config.text_config.hidden_size,
+        projector_hidden_act=config.projector_hidden_act,
+        multimodal_projector_bias=config.multimodal_projector_bias,
+        quant_config=None,
+        prefix="multi_modal_projector",
+    )
+
+
+def _square_images_inputs(count: int):
+    """`count` images at the tower's own square size (LLaVA, PaliGemma)."""
+
+    def inputs(host: nn.Module, size: str, generator):
+        side = host.config.vision_config.image_size
+        return {"type": "pixel_values", "pixel_values": _tiles(generator, count, side)}
+
+    return inputs
+
+
+def _build_paligemma(host: nn.Module, size: str) -> None:
+    from transformers import PaliGemmaConfig
+    from vllm.model_executor.models.paligemma import PaliGemmaMultiModalProjector
+    from vllm.model_executor.models.siglip import SiglipVisionModel
+
+    # PaliGemma 2 3B at 448: SigLIP-so400m/14, projected to Gemma 2's 2304.
+    vision = _size(size, TINY_VIT, {**SO400M_14, "image_size": 448})
+    config = host.config = PaliGemmaConfig(
+        vision_config={**vision, "projection_dim": _size(size, 96, 2304)},
+        text_config={"hidden_size": _size(size, 96, 2304)},
+    )
+    host.vision_tower = SiglipVisionModel(config.vision_config, None, prefix="vision_tower")
+    host.multi_modal_projector = PaliGemmaMultiModalProjector(
+        vision_hidden_size=config.vision_config.hidden_size,
+        projection_dim=config.vision_config.projection_dim,
+    )
+
+
+def _paligemma_inputs(host: nn.Module, size: str, generator):
+    side = host.config.vision_config.image_size
+    return {"type": "pixel_values", "data": _tiles(generator, 2, side)}
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -1871,6 +1953,22 @@ FAMILIES: list[TowerFamily] = [
         _build_mimo_v2_omni,
         _qwen_grid_inputs(16),
         full_tower="XiaomiMiMo/MiMo-V2.5-Omni (vision tower; the audio encoder needs its tokenizer files)",
+    ),
+    TowerFamily(
+        "llava",
+        "llava:LlavaForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_llava,
+        _square_images_inputs(2),
+        full_tower="llava-hf/llava-1.5-7b-hf",
+    ),
+    TowerFamily(
+        "paligemma",
+        "paligemma:PaliGemmaForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_paligemma,
+        _paligemma_inputs,
+        full_tower="google/paligemma2-3b-pt-448",
     ),
 ]
 
