@@ -331,14 +331,12 @@ def _build_qwen2_vl(host: nn.Module, size: str) -> None:
     )
 
 
-def _build_qwen2_5_vl(host: nn.Module, size: str) -> None:
+def _qwen2_5_vision_config(size: str):
     from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import (
         Qwen2_5_VLVisionConfig,
     )
-    from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
-    from vllm.model_executor.models.qwen2_5_vl import Qwen2_5_VisionTransformer
 
-    config = _size(
+    return _size(
         size,
         Qwen2_5_VLVisionConfig(
             depth=4,
@@ -353,7 +351,7 @@ def _build_qwen2_5_vl(host: nn.Module, size: str) -> None:
             fullatt_block_indexes=[1, 3],
             hidden_act="silu",
         ),
-        # Qwen2.5-VL-7B-Instruct.
+        # Qwen2.5-VL-7B-Instruct (Qwen2.5-Omni-7B's tower has the same shape).
         Qwen2_5_VLVisionConfig(
             depth=32,
             hidden_size=1280,
@@ -368,8 +366,14 @@ def _build_qwen2_5_vl(host: nn.Module, size: str) -> None:
             hidden_act="silu",
         ),
     )
+
+
+def _build_qwen2_5_vl(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
+    from vllm.model_executor.models.qwen2_5_vl import Qwen2_5_VisionTransformer
+
     host.visual = Qwen2_5_VisionTransformer(
-        vision_config=config,
+        vision_config=_qwen2_5_vision_config(size),
         norm_eps=1e-6,
         quant_config=None,
         input_norm=build_mm_input_norm(None),
@@ -1761,6 +1765,40 @@ def _blip2_inputs(host: nn.Module, size: str, generator):
     return Blip2ImagePixelInputs(type="pixel_values", data=_tiles(generator, 2, side))
 
 
+# -- Qwen2.5-Omni thinker: audio and vision towers -------------------------------
+
+
+def _build_qwen2_5_omni(host: nn.Module, size: str) -> None:
+    from transformers.models.qwen2_5_omni.configuration_qwen2_5_omni import (
+        Qwen2_5OmniAudioEncoderConfig,
+    )
+    from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniAudioEncoder
+    from vllm.model_executor.models.qwen2_5_vl import Qwen2_5_VisionTransformer
+
+    audio = _size(
+        size,
+        Qwen2_5OmniAudioEncoderConfig(
+            num_mel_bins=128,
+            encoder_layers=3,
+            encoder_attention_heads=4,
+            encoder_ffn_dim=128,
+            d_model=64,
+            output_dim=96,
+        ),
+        Qwen2_5OmniAudioEncoderConfig(),  # the defaults are Qwen2.5-Omni-7B's
+    )
+    # As Qwen2_5OmniThinkerForConditionalGeneration.__init__.
+    host.audio_tower = Qwen2_5OmniAudioEncoder(audio)
+    host.visual = Qwen2_5_VisionTransformer(
+        vision_config=_qwen2_5_vision_config(size), norm_eps=1e-6, quant_config=None, prefix="visual"
+    )
+
+
+def _qwen2_5_omni_audio_inputs(host: nn.Module, size: str, generator):
+    # 100 mel frames per second: 30 s and 12 s of audio.
+    return _audio_feature_inputs(128, _size(size, [600, 240], [3000, 1200]), generator)
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -2020,6 +2058,23 @@ FAMILIES: list[TowerFamily] = [
         _build_blip2,
         _blip2_inputs,
         full_tower="Salesforce/blip2-opt-2.7b",
+    ),
+    TowerFamily(
+        "qwen2_5_omni_audio",
+        "qwen2_5_omni_thinker:Qwen2_5OmniThinkerForConditionalGeneration",
+        ("audio_tower", "visual"),
+        _build_qwen2_5_omni,
+        _qwen2_5_omni_audio_inputs,
+        process="_process_audio_input",
+        full_tower="Qwen/Qwen2.5-Omni-7B",
+    ),
+    TowerFamily(
+        "qwen2_5_omni_vision",
+        "qwen2_5_omni_thinker:Qwen2_5OmniThinkerForConditionalGeneration",
+        ("audio_tower", "visual"),
+        _build_qwen2_5_omni,
+        _qwen_grid_inputs(14),
+        full_tower="Qwen/Qwen2.5-Omni-7B",
     ),
 ]
 
