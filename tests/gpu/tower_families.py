@@ -1799,6 +1799,49 @@ def _qwen2_5_omni_audio_inputs(host: nn.Module, size: str, generator):
     return _audio_feature_inputs(128, _size(size, [600, 240], [3000, 1200]), generator)
 
 
+# -- Phi-3.5-vision (CLIP ViT-L/14-336 HD crops; the token table is a tower) -----
+
+
+def _build_phi3v(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+    from vllm.model_executor.models.phi3v import Phi3HDImageEmbedding
+
+    # The CLIP is fixed (ViT-L/14-336: the HD transform asserts 576 patches of
+    # width 1024); `layer_idx` sets its depth: 2 layers on the CPU, 23 in
+    # Phi-3.5-vision-instruct (-2).
+    config = host.config = remote_config(
+        hidden_size=_size(size, 96, 3072),
+        vocab_size=_size(size, 64, 32064),
+        img_processor={"image_dim_out": 1024, "num_img_tokens": 144, "layer_idx": _size(size, 1, -2)},
+        embd_layer={
+            "embedding_cls": "image",
+            "hd_transform_order": "sub_glb",
+            "projection_cls": "mlp",
+            "use_hd_transform": True,
+            "with_learnable_separator": True,
+        },
+    )
+    # As Phi3VForCausalLM.__init__: the language model's token table is built
+    # inside `_mark_tower_model`, so --offload-towers streams it too (and a
+    # decode step's embedding lookup then reads it from host memory).
+    host.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, prefix="model.embed_tokens")
+    host.vision_embed_tokens = Phi3HDImageEmbedding(config, None, prefix="model.vision_embed_tokens")
+
+
+def _phi3v_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.phi3v import Phi3VImagePixelInputs
+
+    # HD crops of 336: the global view first, then h x w crops, padded to
+    # the largest image's count. Full: 1008x1344 (3x4 crops) and 336x672.
+    sizes = _size(size, [(336, 672), (336, 336)], [(1008, 1344), (336, 672)])
+    crops = 1 + max(h // 336 * (w // 336) for h, w in sizes)
+    return Phi3VImagePixelInputs(
+        type="pixel_values",
+        pixel_values=randn(generator, len(sizes), crops, 3, 336, 336).to(_dtype()),
+        image_sizes=torch.tensor(sizes),
+    )
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -2075,6 +2118,15 @@ FAMILIES: list[TowerFamily] = [
         _build_qwen2_5_omni,
         _qwen_grid_inputs(14),
         full_tower="Qwen/Qwen2.5-Omni-7B",
+    ),
+    TowerFamily(
+        "phi3v",
+        "phi3v:Phi3VForCausalLM",
+        ("embed_tokens", "vision_embed_tokens"),
+        _build_phi3v,
+        _phi3v_inputs,
+        full_tower="microsoft/Phi-3.5-vision-instruct",
+        slow_on_cpu=True,  # its CLIP is full width even when tiny
     ),
 ]
 
