@@ -1842,6 +1842,61 @@ def _phi3v_inputs(host: nn.Module, size: str, generator):
     )
 
 
+# -- GLM-4V (CogVLM2's EVA2-CLIP-E, conv downsampler and GLU) -------------------
+
+
+def _build_glm4v(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.glm4v import EVA2CLIPModel, GLM4VModel
+
+    vision = _size(
+        size,
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 3,
+            "num_heads": 4,
+            "image_size": 32,
+            "patch_size": 4,
+            "num_positions": 65,
+        },
+        # THUDM/glm-4v-9b's config.json.
+        {
+            "hidden_size": 1792,
+            "intermediate_size": 15360,
+            "num_hidden_layers": 63,
+            "num_heads": 16,
+            "image_size": 1120,
+            "patch_size": 14,
+            "num_positions": 6401,
+        },
+    )
+    host.config = remote_config(
+        vision_config={
+            **vision,
+            "in_channels": 3,
+            "hidden_act": "gelu",
+            "layer_norm_eps": 1e-6,
+            "dropout_prob": 0.0,
+            "scaling_factor": 8,
+        },
+        hidden_size=_size(size, 96, 4096),
+        ffn_hidden_size=_size(size, 192, 13696),
+        dtype=_dtype(),
+    )
+    # The tower target is GLM4VModel.vision (`_mark_composite_model`); the
+    # rest of GLM4VModel is the language model.
+    host.transformer = GLM4VModel.__new__(GLM4VModel)
+    nn.Module.__init__(host.transformer)
+    host.transformer.vision = EVA2CLIPModel(host.config, None, prefix="transformer.vision")
+
+
+def _glm4v_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.glm4v import GLMVImagePixelInputs
+
+    side = host.config.vision_config["image_size"]
+    return GLMVImagePixelInputs(type="pixel_values", data=_tiles(generator, 2, side))
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -2127,6 +2182,14 @@ FAMILIES: list[TowerFamily] = [
         _phi3v_inputs,
         full_tower="microsoft/Phi-3.5-vision-instruct",
         slow_on_cpu=True,  # its CLIP is full width even when tiny
+    ),
+    TowerFamily(
+        "glm4v",
+        "glm4v:GLM4VForCausalLM",
+        ("transformer.vision",),
+        _build_glm4v,
+        _glm4v_inputs,
+        full_tower="THUDM/glm-4v-9b",
     ),
 ]
 
