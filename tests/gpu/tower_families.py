@@ -1897,6 +1897,48 @@ def _glm4v_inputs(host: nn.Module, size: str, generator):
     return GLMVImagePixelInputs(type="pixel_values", data=_tiles(generator, 2, side))
 
 
+# -- Ultravox (Whisper encoder on chunks + stacked-frame projector) --------------
+
+
+def _build_ultravox(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.ultravox import (
+        UltravoxFeedForwardProjector,
+        UltravoxWhisperEncoder,
+    )
+    from vllm.transformers_utils.configs.ultravox import UltravoxConfig
+
+    # Ultravox v0.5 (Llama 3.1 8B): Whisper-large-v3-turbo's encoder, 8
+    # frames stacked into each token, a SwiGLU projector to 4096.
+    audio = whisper_config(size).to_dict()
+    config = host.config = UltravoxConfig(
+        audio_config=audio,
+        text_config={"model_type": "llama", "hidden_size": _size(size, 96, 4096)},
+        hidden_size=_size(size, 128, 4096),
+        stack_factor=8,
+    )
+    host.pad_audio_to_max_context = False  # no tower LoRA
+    host.audio_tower = UltravoxWhisperEncoder(
+        vllm_config=model_config_view(config.audio_config, _dtype()), prefix="audio_tower", enable_pp=False
+    )
+    host.multi_modal_projector = UltravoxFeedForwardProjector(config, quant_config=None, prefix="multi_modal_projector")
+
+
+def _ultravox_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.ultravox import UltravoxAudioFeatureInputs
+
+    # A 42 s clip cut into 30 s chunks (3000 and 1200 mel frames).
+    frames = torch.tensor([3000, 1200], device=generator.device)
+    tokens = ((frames - 1) // 2 + 1 + host.config.stack_factor - 1) // host.config.stack_factor
+    return UltravoxAudioFeatureInputs(
+        type="audio_features",
+        # Chunks padded to the longest, as the processor batches them.
+        data=randn(generator, 2, 128, 3000) * (torch.arange(3000, device=generator.device) < frames[:, None, None]),
+        lens=frames,
+        token_len=tokens,
+        num_chunks=torch.tensor([2]),
+    )
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -2190,6 +2232,15 @@ FAMILIES: list[TowerFamily] = [
         _build_glm4v,
         _glm4v_inputs,
         full_tower="THUDM/glm-4v-9b",
+    ),
+    TowerFamily(
+        "ultravox",
+        "ultravox:UltravoxModel",
+        ("audio_tower", "multi_modal_projector"),
+        _build_ultravox,
+        _ultravox_inputs,
+        process="_process_audio_input",
+        full_tower="fixie-ai/ultravox-v0_5-llama-3_1-8b",
     ),
 ]
 
