@@ -1939,6 +1939,62 @@ def _ultravox_inputs(host: nn.Module, size: str, generator):
     )
 
 
+# -- Ovis2 (AIMv2 visual tokenizer + a visual embedding table) -------------------
+
+
+def _build_ovis(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.ovis import VisualEmbedding, VisualTokenizer
+
+    backbone = remote_config(
+        model_type="aimv2_vision_model",
+        num_channels=3,
+        rms_norm_eps=1e-5,
+        qkv_bias=False,
+        mlp_bias=False,
+        **_size(
+            size,
+            TINY_VIT,
+            # apple/aimv2-huge-patch14-448 (Ovis2-8B).
+            {
+                "hidden_size": 1536,
+                "intermediate_size": 4096,
+                "num_hidden_layers": 24,
+                "num_attention_heads": 12,
+                "image_size": 448,
+                "patch_size": 14,
+            },
+        ),
+    )
+    tokenizer = remote_config(
+        backbone_config=backbone,
+        vocab_size=_size(size, 256, 65536),
+        hidden_stride=2,
+        drop_cls_token=False,
+        tokenize_function="softmax",
+    )
+    host.config = remote_config(visual_tokenizer_config=tokenizer, hidden_size=_size(size, 96, 3584))
+    # As Ovis.__init__: the visual "tokens" are soft one-hots over the
+    # table, so `vte` runs a matmul with its weight as well as lookups.
+    host.visual_tokenizer = VisualTokenizer(config=tokenizer, quant_config=None, prefix="visual_tokenizer")
+    host.vte = VisualEmbedding(tokenizer.vocab_size, host.config.hidden_size)
+
+
+def _ovis_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.ovis import OvisImagePatchInputs
+
+    vocab = host.config.visual_tokenizer_config.vocab_size
+    side = host.config.visual_tokenizer_config.backbone_config.image_size
+    patches = [5, 1]  # 2x2 crops and the global view; a small image whole
+    indicators = sum(n + 1 if n > 1 else n + 2 for n in patches)
+    return OvisImagePatchInputs(
+        type="image_patches",
+        flat_data=_tiles(generator, sum(patches), side),
+        # The indicator ids are the table's last 5 rows.
+        indicator_tokens=(vocab - 5 + torch.arange(indicators, device=generator.device) % 5),
+        patches_per_image=patches,
+    )
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -2241,6 +2297,14 @@ FAMILIES: list[TowerFamily] = [
         _ultravox_inputs,
         process="_process_audio_input",
         full_tower="fixie-ai/ultravox-v0_5-llama-3_1-8b",
+    ),
+    TowerFamily(
+        "ovis",
+        "ovis:Ovis",
+        ("visual_tokenizer", "vte"),
+        _build_ovis,
+        _ovis_inputs,
+        full_tower="AIDC-AI/Ovis2-8B",
     ),
 ]
 
