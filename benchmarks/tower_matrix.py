@@ -83,7 +83,7 @@ def run_family(family: tf.TowerFamily, args: argparse.Namespace, dtype) -> dict:
             "error": f"{type(e).__name__}: {e}",
             "traceback": traceback.format_exc(),
         }
-        tf._release(torch.device(args.device))
+        tf.release(torch.device(args.device))
     row["wall_s"] = round(time.perf_counter() - start, 2)
     return row
 

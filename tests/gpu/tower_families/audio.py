@@ -1,0 +1,147 @@
+"""Audio towers: Qwen2-Audio, Whisper's encoder, Ultravox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from tower_families.core import TowerFamily, by_size, current_dtype, model_config_view, randn
+
+
+def _build_qwen2_audio(host: nn.Module, size: str) -> None:
+    from transformers import Qwen2AudioConfig
+    from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioEncoder
+    from vllm.model_executor.models.qwen2_audio import Qwen2AudioMultiModalProjector
+
+    audio = by_size(
+        size,
+        {"d_model": 64, "encoder_layers": 3, "encoder_attention_heads": 4, "encoder_ffn_dim": 128, "num_mel_bins": 128},
+        # Qwen2-Audio-7B: the Whisper-large-v3 encoder.
+        {
+            "d_model": 1280,
+            "encoder_layers": 32,
+            "encoder_attention_heads": 20,
+            "encoder_ffn_dim": 5120,
+            "num_mel_bins": 128,
+        },
+    )
+    config = host.config = Qwen2AudioConfig(audio_config=audio, text_config={"hidden_size": by_size(size, 96, 4096)})
+    host.audio_tower = Qwen2AudioEncoder(config.audio_config)
+    host.multi_modal_projector = Qwen2AudioMultiModalProjector(
+        config.audio_config.d_model, config.text_config.hidden_size
+    )
+
+
+def _qwen2_audio_inputs(host: nn.Module, size: str, generator):
+    # Two clips padded to Whisper's 30 s window: 30 s and 12 s.
+    lengths = [3000, 1200]
+    mask = torch.zeros(len(lengths), 3000, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    return {
+        "type": "audio_features",
+        "input_features": randn(generator, len(lengths), 128, 3000).to(current_dtype()),
+        "feature_attention_mask": mask.to(generator.device),
+    }
+
+
+def whisper_config(size: str, **extra: Any):
+    """A transformers WhisperConfig: tiny, or Whisper-large-v3's encoder."""
+    from transformers import WhisperConfig
+
+    dims = by_size(
+        size,
+        {"d_model": 64, "encoder_layers": 3, "encoder_attention_heads": 4, "encoder_ffn_dim": 128},
+        {"d_model": 1280, "encoder_layers": 32, "encoder_attention_heads": 20, "encoder_ffn_dim": 5120},
+    )
+    return WhisperConfig(**dims, num_mel_bins=128, max_source_positions=1500, **extra)
+
+
+def _build_whisper(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.whisper import WhisperEncoder, WhisperModel
+
+    host.config = whisper_config(size)
+    host.dtype = current_dtype()
+    # Only the encoder of WhisperModel (the tower target); no decoder.
+    host.model = WhisperModel.__new__(WhisperModel)
+    nn.Module.__init__(host.model)
+    host.model.encoder = WhisperEncoder(
+        vllm_config=model_config_view(host.config, current_dtype()), prefix="model.encoder"
+    )
+
+
+def _whisper_inputs(host: nn.Module, size: str, generator):
+    # Two clips, each padded to Whisper's 30 s window of 100 mel frames/s.
+    return {"input_features": [randn(generator, 128, 3000) for _ in range(2)]}
+
+
+def _build_ultravox(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.ultravox import (
+        UltravoxFeedForwardProjector,
+        UltravoxWhisperEncoder,
+    )
+    from vllm.transformers_utils.configs.ultravox import UltravoxConfig
+
+    # Ultravox v0.5 (Llama 3.1 8B): Whisper-large-v3-turbo's encoder, 8
+    # frames stacked into each token, a SwiGLU projector to 4096.
+    audio = whisper_config(size).to_dict()
+    config = host.config = UltravoxConfig(
+        audio_config=audio,
+        text_config={"model_type": "llama", "hidden_size": by_size(size, 96, 4096)},
+        hidden_size=by_size(size, 128, 4096),
+        stack_factor=8,
+    )
+    host.pad_audio_to_max_context = False  # no tower LoRA
+    host.audio_tower = UltravoxWhisperEncoder(
+        vllm_config=model_config_view(config.audio_config, current_dtype()), prefix="audio_tower", enable_pp=False
+    )
+    host.multi_modal_projector = UltravoxFeedForwardProjector(config, quant_config=None, prefix="multi_modal_projector")
+
+
+def _ultravox_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.ultravox import UltravoxAudioFeatureInputs
+
+    # A 42 s clip cut into 30 s chunks (3000 and 1200 mel frames).
+    frames = torch.tensor([3000, 1200], device=generator.device)
+    tokens = ((frames - 1) // 2 + 1 + host.config.stack_factor - 1) // host.config.stack_factor
+    return UltravoxAudioFeatureInputs(
+        type="audio_features",
+        # Chunks padded to the longest, as the processor batches them.
+        data=randn(generator, 2, 128, 3000) * (torch.arange(3000, device=generator.device) < frames[:, None, None]),
+        lens=frames,
+        token_len=tokens,
+        num_chunks=torch.tensor([2]),
+    )
+
+
+FAMILIES: list[TowerFamily] = [
+    TowerFamily(
+        "qwen2_audio",
+        "qwen2_audio:Qwen2AudioForConditionalGeneration",
+        ("audio_tower", "multi_modal_projector"),
+        _build_qwen2_audio,
+        _qwen2_audio_inputs,
+        process="_process_audio_input",
+        full_tower="Qwen/Qwen2-Audio-7B-Instruct",
+    ),
+    TowerFamily(
+        "whisper",
+        "whisper:WhisperForConditionalGeneration",
+        ("model.encoder",),
+        _build_whisper,
+        _whisper_inputs,
+        process="embed_multimodal",
+        full_tower="openai/whisper-large-v3",
+    ),
+    TowerFamily(
+        "ultravox",
+        "ultravox:UltravoxModel",
+        ("audio_tower", "multi_modal_projector"),
+        _build_ultravox,
+        _ultravox_inputs,
+        process="_process_audio_input",
+        full_tower="fixie-ai/ultravox-v0_5-llama-3_1-8b",
+    ),
+]
