@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 from tower_families.core import (
+    INFERENCE_VIEWS,
     SO400M_14,
     TINY_VIT,
     TokenEmbedding,
@@ -36,19 +37,6 @@ def _minicpmv_builder(version: tuple[int, int], llm_hidden: int):
         host.resampler = host.init_resampler(host.embed_dim, host.vision_dim, None, prefix="resampler")
 
     return build
-
-
-# Found on the CPU (tests/patches/test_tower_matrix_cpu.py); the mechanism is
-# device-independent, so expected on the GPU too.
-INFERENCE_VIEWS = (
-    "the streamer binds parameters to views made inside torch.inference_mode "
-    "(ring slots, resting arena views), so they become inference tensors whose "
-    "views do not require grad; aten::matmul then stops folding a non-contiguous "
-    "3-D input into one mm (it folds when the weight requires grad, as the "
-    "resident nn.MultiheadAttention.in_proj_weight does) and sums in another "
-    "order: last-bit differences (max 2.2e-8 at fp32). Allocating the slots and "
-    "binding under torch.inference_mode(False) makes it bit-identical."
-)
 
 
 def _minicpmv_inputs(host: nn.Module, size: str, generator):

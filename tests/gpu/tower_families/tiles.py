@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from tower_families.core import (
     CLIP_L14_336,
+    INFERENCE_VIEWS,
     SO400M_14,
     TINY_VIT,
     TowerFamily,
@@ -483,6 +484,31 @@ def _glm4v_inputs(host: nn.Module, size: str, generator):
     return GLMVImagePixelInputs(type="pixel_values", data=random_tiles(generator, 2, side))
 
 
+def _build_aria(host: nn.Module, size: str) -> None:
+    from transformers import AriaConfig
+    from vllm.model_executor.models.aria import AriaProjector, AriaVisionTransformer
+
+    # rhymes-ai/Aria: SigLIP-so400m/14 at 980 (no post-norm); the projector's
+    # learned queries: 128 for 490-pixel images, 256 for 980 (by patch count).
+    config = host.config = AriaConfig(
+        vision_config={"model_type": "idefics3_vision", **by_size(size, TINY_VIT, {**SO400M_14, "image_size": 980})},
+        text_config={"hidden_size": by_size(size, 96, 2560)},
+        projector_patch_to_query_dict=by_size(size, {16: 4, 64: 8}, {1225: 128, 4900: 256}),
+    )
+    host.vision_tower = AriaVisionTransformer(config.vision_config, quant_config=None, prefix="vision_tower")
+    host.multi_modal_projector = AriaProjector(config, prefix="multi_modal_projector")
+
+
+def _aria_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.aria import AriaImagePixelInputs
+
+    # Two crops of a large image at the tower's size, the second half padding.
+    side = host.config.vision_config.image_size
+    mask = torch.ones(2, side, side, dtype=torch.bool, device=generator.device)
+    mask[1, :, side // 2 :] = False
+    return AriaImagePixelInputs(type="pixel_values", pixel_values=random_tiles(generator, 2, side), pixel_mask=mask)
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "internvl",
@@ -565,5 +591,14 @@ FAMILIES: list[TowerFamily] = [
         _build_glm4v,
         _glm4v_inputs,
         full_tower="THUDM/glm-4v-9b",
+    ),
+    TowerFamily(
+        "aria",
+        "aria:AriaForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_aria,
+        _aria_inputs,
+        full_tower="rhymes-ai/Aria",
+        differs=INFERENCE_VIEWS,  # its projector's nn.MultiheadAttention
     ),
 ]
