@@ -7,7 +7,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from tower_families.core import TowerFamily, by_size, current_dtype, model_config_view, randn
+from tower_families.core import (
+    TowerFamily,
+    by_size,
+    current_dtype,
+    model_config_view,
+    randn,
+    remote_config,
+)
 
 
 def _build_qwen2_audio(host: nn.Module, size: str) -> None:
@@ -116,6 +123,34 @@ def _ultravox_inputs(host: nn.Module, size: str, generator):
     )
 
 
+def _build_voxtral(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.voxtral import AudioLanguageAdapter, VoxtralEncoderModel
+
+    # Voxtral-Mini-3B-2507 (params.json): Whisper-large-v3's encoder, which
+    # computes its own log-mel from waveforms; 4 frames per token into 3072.
+    audio = whisper_config(
+        size,
+        window_size=400,
+        hop_length=160,
+        sampling_rate=16000,
+        global_log_mel_max=1.5,
+        downsample_factor=4,
+    )
+    host.config = remote_config(audio_config=audio, text_config=remote_config(hidden_size=by_size(size, 96, 3072)))
+    host.downsample_factor = audio.downsample_factor
+    # As VoxtralForConditionalGeneration.__init__.
+    host.whisper_encoder = VoxtralEncoderModel(model_config_view(audio, current_dtype()), prefix="whisper_encoder")
+    host.audio_language_adapter = AudioLanguageAdapter(
+        hidden_size=audio.d_model * host.downsample_factor, dim=host.config.text_config.hidden_size
+    )
+
+
+def _voxtral_inputs(host: nn.Module, size: str, generator):
+    # Waveforms at 16 kHz, padded by the processor to 30 s chunks: a 60 s
+    # clip (two chunks) and a short one (one).
+    return {"audio_arrays": [randn(generator, 16000 * seconds) for seconds in (60, 30)]}
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_audio",
@@ -143,5 +178,15 @@ FAMILIES: list[TowerFamily] = [
         _ultravox_inputs,
         process="_process_audio_input",
         full_tower="fixie-ai/ultravox-v0_5-llama-3_1-8b",
+    ),
+    TowerFamily(
+        "voxtral",
+        "voxtral:VoxtralForConditionalGeneration",
+        ("whisper_encoder", "audio_language_adapter"),
+        _build_voxtral,
+        _voxtral_inputs,
+        process="embed_multimodal",
+        full_tower="mistralai/Voxtral-Mini-3B-2507",
+        needs=("mistral_common",),
     ),
 ]

@@ -6,7 +6,13 @@ from typing import Any
 
 import torch.nn as nn
 
-from tower_families.core import TowerFamily, by_size, current_dtype, randn, remote_config
+from tower_families.core import (
+    TowerFamily,
+    by_size,
+    current_dtype,
+    randn,
+    remote_config,
+)
 
 
 def _build_mistral3(host: nn.Module, size: str) -> None:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from tower_families.core import TINY, TowerFamily, audio_feature_inputs, by_size, qwen_grid_inputs
+from tower_families.core import (
+    TINY,
+    TowerFamily,
+    audio_feature_inputs,
+    by_size,
+    qwen_grid_inputs,
+)
 from tower_families.grids import qwen2_5_vision_config
 
 
