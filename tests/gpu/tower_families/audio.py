@@ -151,6 +151,54 @@ def _voxtral_inputs(host: nn.Module, size: str, generator):
     return {"audio_arrays": [randn(generator, 16000 * seconds) for seconds in (60, 30)]}
 
 
+def _build_granite_speech(host: nn.Module, size: str) -> None:
+    from transformers import GraniteSpeechConfig
+    from vllm.model_executor.models.granite_speech import (
+        GraniteSpeechCTCEncoder,
+        GraniteSpeechEncoderProjector,
+    )
+
+    encoder = by_size(
+        size,
+        {"hidden_dim": 64, "num_layers": 2, "num_heads": 4, "dim_head": 16, "output_dim": 42},
+        # granite-speech-3.3-8b (from its published config, not read here).
+        {"hidden_dim": 1024, "num_layers": 16, "num_heads": 8, "dim_head": 128, "output_dim": 256},
+    )
+    qformer = by_size(
+        size,
+        {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128},
+        {"hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 16, "intermediate_size": 4096},
+    )
+    config = host.config = GraniteSpeechConfig(
+        encoder_config={**encoder, "dropout": 0.0},
+        projector_config={**qformer, "encoder_hidden_size": encoder["hidden_dim"], "cross_attention_frequency": 1},
+        text_config={"model_type": "granite", "hidden_size": by_size(size, 96, 4096)},
+        window_size=15,
+        downsample_rate=5,
+    )
+    # As GraniteSpeechForConditionalGeneration.__init__: a conformer CTC
+    # encoder, then a windowed Q-Former.
+    host.encoder = GraniteSpeechCTCEncoder(config=config.encoder_config, quant_config=None, prefix="encoder")
+    host.projector = GraniteSpeechEncoderProjector(
+        config=config, quant_config=None, cache_config=host.vllm_config.cache_config, prefix="projector"
+    )
+
+
+def _granite_speech_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.granite_speech import GraniteSpeechAudioInputs
+
+    # Stacked log-mel (2 x 80) at 50 frames/s: 30 s and 12 s, padded.
+    frames = torch.tensor([1500, 600])
+    window, rate = host.config.window_size, host.config.downsample_rate
+    tokens = (frames + window - 1) // window * (window // rate)
+    mask = torch.arange(int(tokens.max()), device=generator.device) < tokens.to(generator.device)[:, None]
+    return GraniteSpeechAudioInputs(
+        input_features=randn(generator, 2, int(frames.max()), 160).to(current_dtype()),
+        input_features_mask=mask,
+        audio_embed_sizes=tokens.tolist(),
+    )
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_audio",
@@ -188,5 +236,14 @@ FAMILIES: list[TowerFamily] = [
         process="embed_multimodal",
         full_tower="mistralai/Voxtral-Mini-3B-2507",
         needs=("mistral_common",),
+    ),
+    TowerFamily(
+        "granite_speech",
+        "granite_speech:GraniteSpeechForConditionalGeneration",
+        ("encoder", "projector"),
+        _build_granite_speech,
+        _granite_speech_inputs,
+        process="_process_audio_input",
+        full_tower="ibm-granite/granite-speech-3.3-8b",
     ),
 ]
