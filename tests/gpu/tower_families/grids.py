@@ -158,36 +158,45 @@ def _build_qwen3_vl(host: nn.Module, size: str) -> None:
     )
 
 
-def _build_glm4_1v(host: nn.Module, size: str) -> None:
-    from transformers.models.glm4v.configuration_glm4v import (
-        Glm4vTextConfig,
-        Glm4vVisionConfig,
-    )
-    from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
-    from vllm.model_executor.models.glm4_1v import Glm4vVisionTransformer
+def _glm_builder(configs: str, tower: str):
+    """GLM-4.1V's tower, or one built like it (GLM-OCR), from transformers' defaults.
 
-    vision = by_size(
-        size,
-        Glm4vVisionConfig(
-            depth=3,
-            hidden_size=64,
-            num_heads=4,
-            image_size=32,
-            patch_size=4,
-            out_hidden_size=96,
-            intermediate_size=128,
-        ),
-        Glm4vVisionConfig(),  # the defaults are GLM-4.1V-9B's tower
-    )
-    text = by_size(size, Glm4vTextConfig(hidden_size=96), Glm4vTextConfig())
-    host.visual = Glm4vVisionTransformer(
-        text,
-        vision,
-        norm_eps=1e-5,
-        quant_config=None,
-        input_norm=build_mm_input_norm(None),
-        prefix="visual",
-    )
+    `configs` is the transformers configuration module, `tower` the vLLM
+    class as "module:Class"; both take (text config, vision config).
+    """
+
+    def build(host: nn.Module, size: str) -> None:
+        from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
+
+        module = importlib.import_module(f"transformers.models.{configs}")
+        vision_cls = next(getattr(module, n) for n in dir(module) if n.endswith("VisionConfig"))
+        text_cls = next(getattr(module, n) for n in dir(module) if n.endswith("TextConfig"))
+        vision = by_size(
+            size,
+            vision_cls(
+                depth=3,
+                hidden_size=64,
+                num_heads=4,
+                image_size=32,
+                patch_size=4,
+                out_hidden_size=96,
+                intermediate_size=128,
+            ),
+            vision_cls(),  # the defaults are the documented checkpoint's tower
+        )
+        text = by_size(size, text_cls(hidden_size=96), text_cls())
+        module_name, cls = tower.split(":")
+        tower_cls = getattr(importlib.import_module(f"vllm.model_executor.models.{module_name}"), cls)
+        host.visual = tower_cls(
+            text,
+            vision,
+            norm_eps=1e-5,
+            quant_config=None,
+            input_norm=build_mm_input_norm(None),
+            prefix="visual",
+        )
+
+    return build
 
 
 def _build_dots_ocr(host: nn.Module, size: str) -> None:
@@ -519,7 +528,7 @@ FAMILIES: list[TowerFamily] = [
         "glm4_1v",
         "glm4_1v:Glm4vForConditionalGeneration",
         ("visual",),
-        _build_glm4_1v,
+        _glm_builder("glm4v.configuration_glm4v", "glm4_1v:Glm4vVisionTransformer"),
         qwen_grid_inputs(14),
         full_tower="zai-org/GLM-4.1V-9B-Thinking",
     ),
@@ -586,5 +595,15 @@ FAMILIES: list[TowerFamily] = [
         _build_mimo_v2_omni,
         qwen_grid_inputs(16),
         full_tower="XiaomiMiMo/MiMo-V2.5-Omni (vision tower; the audio encoder needs its tokenizer files)",
+    ),
+    TowerFamily(
+        "glm_ocr",
+        "glm_ocr:GlmOcrForConditionalGeneration",
+        ("visual",),
+        # GlmOcrForConditionalGeneration first builds GLM-4.1V's tower (its
+        # parent's __init__), then replaces it: only the second is used.
+        _glm_builder("glm_ocr.configuration_glm_ocr", "glm_ocr:GlmOcrVisionTransformer"),
+        qwen_grid_inputs(14),
+        full_tower="zai-org/GLM-OCR",
     ),
 ]
