@@ -11,6 +11,7 @@ import torch.nn as nn
 from tower_families.core import (
     GRIDS_FULL_14,
     GRIDS_TINY,
+    TINY_VIT,
     TowerFamily,
     by_size,
     current_dtype,
@@ -499,6 +500,39 @@ def _build_mimo_v2_omni(host: nn.Module, size: str) -> None:
     host.visual = MiMoVisionTransformer(vision, norm_eps=1e-6, quant_config=None, prefix="visual")
 
 
+def _build_lfm2_vl(host: nn.Module, size: str) -> None:
+    from transformers import Lfm2VlConfig
+    from vllm.model_executor.models.lfm2_siglip2 import Siglip2Model
+    from vllm.model_executor.models.lfm2_vl import Lfm2VLMultiModalProjector
+
+    # LFM2-VL-450M: SigLIP2 NaFlex base/16 (transformers' defaults), pixel
+    # unshuffle by 2 into LFM2-350M's 1024.
+    vision = by_size(size, {**TINY_VIT, "num_patches": 64}, {})
+    config = host.config = Lfm2VlConfig(
+        vision_config={"model_type": "siglip2_vision_model", **vision},
+        text_config={"model_type": "lfm2", "hidden_size": by_size(size, 96, 1024)},
+        projector_hidden_size=by_size(size, 128, 2560),
+    )
+    host.vision_tower = Siglip2Model(config=config.vision_config, quant_config=None, prefix="vision_tower")
+    host.multi_modal_projector = Lfm2VLMultiModalProjector(config=config, prefix="multi_modal_projector")
+
+
+def _lfm2_vl_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.lfm2_vl import Lfm2VLImagePixelInputs
+
+    # NaFlex tiles, patch sequences padded to the longest: a large image as
+    # 2 tiles of 32x32 patches and a thumbnail, then a small image whole.
+    shapes = by_size(size, [[8, 8], [8, 8], [4, 6], [6, 4]], [[32, 32], [32, 32], [16, 24], [20, 28]])
+    patch = host.config.vision_config.patch_size
+    longest = max(h * w for h, w in shapes)
+    return Lfm2VLImagePixelInputs(
+        type="pixel_values",
+        pixel_values=randn(generator, len(shapes), longest, 3 * patch * patch).to(current_dtype()),
+        spatial_shapes=torch.tensor(shapes),  # on the host, as the processor keeps it
+        num_patches=torch.tensor([3, 1]),
+    )
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -605,5 +639,13 @@ FAMILIES: list[TowerFamily] = [
         _glm_builder("glm_ocr.configuration_glm_ocr", "glm_ocr:GlmOcrVisionTransformer"),
         qwen_grid_inputs(14),
         full_tower="zai-org/GLM-OCR",
+    ),
+    TowerFamily(
+        "lfm2_vl",
+        "lfm2_vl:Lfm2VLForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_lfm2_vl,
+        _lfm2_vl_inputs,
+        full_tower="LiquidAI/LFM2-VL-450M",
     ),
 ]
