@@ -199,6 +199,38 @@ def _granite_speech_inputs(host: nn.Module, size: str, generator):
     )
 
 
+def _build_audioflamingo3(host: nn.Module, size: str) -> None:
+    from transformers import AudioFlamingo3Config
+    from vllm.model_executor.models.audioflamingo3 import (
+        AudioFlamingo3Encoder,
+        AudioFlamingo3MultiModalProjector,
+    )
+
+    # audio-flamingo-3-hf: Whisper-large-v3's encoder (transformers' defaults)
+    # with 2x average pooling, projected into Qwen2.5-7B's 3584.
+    audio = by_size(
+        size, {"d_model": 64, "encoder_layers": 3, "encoder_attention_heads": 4, "encoder_ffn_dim": 128}, {}
+    )
+    config = host.config = AudioFlamingo3Config(
+        audio_config=audio, text_config={"model_type": "qwen2", "hidden_size": by_size(size, 96, 3584)}
+    )
+    host.audio_tower = AudioFlamingo3Encoder(config.audio_config)
+    host.multi_modal_projector = AudioFlamingo3MultiModalProjector(config)
+
+
+def _audioflamingo3_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.audioflamingo3 import AudioFlamingo3FeatureInputs
+
+    # 30 s chunks of 128 mel bins: a 42 s clip (two chunks) and a 12 s one.
+    frames = torch.tensor([3000, 1200, 1200], device=generator.device)
+    return AudioFlamingo3FeatureInputs(
+        type="audio_features",
+        input_features=randn(generator, 3, 128, 3000).to(current_dtype()),
+        feature_attention_mask=(torch.arange(3000, device=generator.device) < frames[:, None]).long(),
+        chunk_counts=torch.tensor([2, 1]),
+    )
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_audio",
@@ -245,5 +277,14 @@ FAMILIES: list[TowerFamily] = [
         _granite_speech_inputs,
         process="_process_audio_input",
         full_tower="ibm-granite/granite-speech-3.3-8b",
+    ),
+    TowerFamily(
+        "audioflamingo3",
+        "audioflamingo3:AudioFlamingo3ForConditionalGeneration",
+        ("audio_tower", "multi_modal_projector"),
+        _build_audioflamingo3,
+        _audioflamingo3_inputs,
+        process="_process_audio_input",
+        full_tower="nvidia/audio-flamingo-3-hf",
     ),
 ]
