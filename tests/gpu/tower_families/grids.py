@@ -533,6 +533,53 @@ def _lfm2_vl_inputs(host: nn.Module, size: str, generator):
     )
 
 
+def _build_kimi_k25(host: nn.Module, size: str) -> None:
+    from transformers import Kimi_K25Config
+    from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
+    from vllm.model_executor.models.kimi_k25_vit import (
+        KimiK25MultiModalProjector,
+        MoonViT3dPretrainedModel,
+    )
+
+    vision = by_size(
+        size,
+        {
+            "patch_size": 4,
+            "pos_emb_height": 16,
+            "pos_emb_width": 16,
+            "num_attention_heads": 4,
+            "num_hidden_layers": 3,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+        },
+        {},  # transformers' defaults, documented as moonshotai/Kimi-K2.6
+    )
+    config = host.config = Kimi_K25Config(vision_config=vision, text_config={"hidden_size": by_size(size, 96, 7168)})
+    # As KimiK25ForConditionalGeneration.__init__ (unquantized).
+    host.vision_tower = MoonViT3dPretrainedModel(
+        config.vision_config, quant_config=None, input_norm=build_mm_input_norm(None), prefix="vision_tower"
+    )
+    host.mm_projector = KimiK25MultiModalProjector(
+        config=config.vision_config,
+        out_hidden_size=config.text_config.hidden_size,
+        use_data_parallel=False,
+        quant_config=None,
+        prefix="mm_projector",
+    )
+
+
+def _kimi_k25_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.kimi_k25 import KimiK25MediaPixelInputs
+
+    patch = host.config.vision_config.patch_size
+    grids = by_size(size, GRIDS_TINY, GRIDS_FULL_14)
+    return KimiK25MediaPixelInputs(
+        type="pixel_values",
+        pixel_values=randn(generator, sum(t * h * w for t, h, w in grids), 3, patch, patch).to(current_dtype()),
+        grid_thws=torch.tensor(grids),
+    )
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_vl",
@@ -647,5 +694,14 @@ FAMILIES: list[TowerFamily] = [
         _build_lfm2_vl,
         _lfm2_vl_inputs,
         full_tower="LiquidAI/LFM2-VL-450M",
+    ),
+    TowerFamily(
+        "kimi_k25",
+        "kimi_k25:KimiK25ForConditionalGeneration",
+        ("vision_tower", "mm_projector"),
+        _build_kimi_k25,
+        _kimi_k25_inputs,
+        process="_process_media_input",
+        full_tower="moonshotai/Kimi-K2.6",
     ),
 ]
