@@ -47,8 +47,9 @@ def _minicpmv_inputs(host: nn.Module, size: str, generator):
     patch = host.config.vision_config.patch_size
     grids = by_size(
         size,
-        [(4, 6), (3, 4), (3, 4), (3, 4), (3, 4), (2, 2)],
-        [(26, 38), (32, 23), (32, 23), (32, 23), (32, 23), (18, 26)],
+        # Sides in multiples of 4: 4.6 pools 2x2 twice (window merger, merger).
+        [(4, 8), (4, 4), (4, 4), (4, 4), (4, 4), (4, 4)],
+        [(28, 40), (32, 24), (32, 24), (32, 24), (32, 24), (20, 28)],
     )
     return MiniCPMVImagePixelInputs(
         type="pixel_values",
@@ -231,6 +232,43 @@ def _ovis_inputs(host: nn.Module, size: str, generator):
     )
 
 
+def _build_minicpmv4_6(host: nn.Module, size: str) -> None:
+    from transformers.models.minicpmv4_6.configuration_minicpmv4_6 import MiniCPMV4_6Config
+    from vllm.model_executor.models.idefics2_vision_model import Idefics2VisionTransformer
+    from vllm.model_executor.models.minicpmv4_6 import (
+        MiniCPMV4_6Merger,
+        MiniCPMV4_6ViTWindowAttentionMerger,
+    )
+
+    vision = by_size(
+        size,
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "image_size": 32,
+            "patch_size": 4,
+            "insert_layer_id": 1,
+        },
+        {},  # transformers' defaults, documented as openbmb/MiniCPM-V-4.6
+    )
+    config = host.config = MiniCPMV4_6Config(
+        vision_config=vision,
+        text_config={"hidden_size": by_size(size, 96, 4096)},
+        insert_layer_id=vision.get("insert_layer_id", 6),
+    )
+    # As MiniCPMV4_6ForConditionalGeneration.__init__. Its encode calls the
+    # vpm's embeddings and layers one by one, never `vpm.forward`.
+    host.vpm = Idefics2VisionTransformer(
+        config.vision_config, quant_config=None, apply_encoder_attention_mask=True, prefix="vpm"
+    )
+    host.vit_merger = MiniCPMV4_6ViTWindowAttentionMerger(config.vision_config, quant_config=None, prefix="vit_merger")
+    host.merger = MiniCPMV4_6Merger(
+        hidden_size=config.vision_config.hidden_size, llm_embed_dim=config.text_config.hidden_size
+    )
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "minicpmv",
@@ -275,5 +313,14 @@ FAMILIES: list[TowerFamily] = [
         _build_ovis,
         _ovis_inputs,
         full_tower="AIDC-AI/Ovis2-8B",
+    ),
+    TowerFamily(
+        "minicpmv4_6",
+        "minicpmv4_6:MiniCPMV4_6ForConditionalGeneration",
+        ("vpm", "vit_merger", "merger"),
+        _build_minicpmv4_6,
+        _minicpmv_inputs,
+        process="_process_vision_input",
+        full_tower="openbmb/MiniCPM-V-4.6",
     ),
 ]
