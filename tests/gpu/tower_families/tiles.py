@@ -293,30 +293,53 @@ def _step3_vl_inputs(host: nn.Module, size: str, generator):
     }
 
 
-def _build_llava(host: nn.Module, size: str) -> None:
-    from transformers import LlavaConfig
-    from vllm.model_executor.models.llava import (
-        LlavaMultiModalProjector,
-        init_vision_tower_for_llava,
-    )
+def _llava_builder(next_: bool):
+    """LLaVA-1.5 (`next_=False`) or LLaVA-NeXT (anyres tiles and a newline
+    embedding, a parameter of the model that stays resident)."""
 
-    config = host.config = LlavaConfig(
-        vision_config={"model_type": "clip_vision_model", **by_size(size, TINY_VIT, CLIP_L14_336)},
-        text_config={"hidden_size": by_size(size, 96, 4096)},
-        vision_feature_layer=-2,
-        vision_feature_select_strategy="default",
-    )
-    # As LlavaForConditionalGeneration.__init__.
-    host.vision_tower = init_vision_tower_for_llava(
-        config, quant_config=None, require_post_norm=False, prefix="vision_tower"
-    )
-    host.multi_modal_projector = LlavaMultiModalProjector(
-        vision_hidden_size=config.vision_config.hidden_size,
-        text_hidden_size=config.text_config.hidden_size,
-        projector_hidden_act=config.projector_hidden_act,
-        multimodal_projector_bias=config.multimodal_projector_bias,
-        quant_config=None,
-        prefix="multi_modal_projector",
+    def build(host: nn.Module, size: str) -> None:
+        from transformers import LlavaConfig, LlavaNextConfig
+        from vllm.model_executor.models.llava import (
+            LlavaMultiModalProjector,
+            init_vision_tower_for_llava,
+        )
+
+        side = by_size(size, TINY_VIT, CLIP_L14_336)["image_size"]
+        config = host.config = (LlavaNextConfig if next_ else LlavaConfig)(
+            vision_config={"model_type": "clip_vision_model", **by_size(size, TINY_VIT, CLIP_L14_336)},
+            text_config={"hidden_size": by_size(size, 96, 4096)},
+            vision_feature_layer=-2,
+            vision_feature_select_strategy="default",
+            **({"image_grid_pinpoints": [[side, 2 * side], [2 * side, side], [2 * side, 2 * side]]} if next_ else {}),
+        )
+        # As Llava(Next)ForConditionalGeneration.__init__.
+        host.select_layers = None
+        host.vision_tower = init_vision_tower_for_llava(
+            config, quant_config=None, require_post_norm=False, prefix="vision_tower"
+        )
+        if next_:
+            host.image_newline = nn.Parameter(torch.zeros(config.text_config.hidden_size))
+        host.multi_modal_projector = LlavaMultiModalProjector(
+            vision_hidden_size=config.vision_config.hidden_size,
+            text_hidden_size=config.text_config.hidden_size,
+            projector_hidden_act=config.projector_hidden_act,
+            multimodal_projector_bias=config.multimodal_projector_bias,
+            quant_config=None,
+            prefix="multi_modal_projector",
+        )
+
+    return build
+
+
+def _llava_next_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.llava_next import LlavaNextImagePixelInputs
+
+    # anyres: the base view and 2x2 tiles of a large image, 1x2 of a wide one.
+    side = host.config.vision_config.image_size
+    return LlavaNextImagePixelInputs(
+        type="pixel_values",
+        pixel_values=[random_tiles(generator, 5, side), random_tiles(generator, 3, side)],
+        image_sizes=torch.tensor([[2 * side - 4, 2 * side - 8], [side - 4, 2 * side - 4]]),
     )
 
 
@@ -555,7 +578,7 @@ FAMILIES: list[TowerFamily] = [
         "llava",
         "llava:LlavaForConditionalGeneration",
         ("vision_tower", "multi_modal_projector"),
-        _build_llava,
+        _llava_builder(next_=False),
         _square_images_inputs(2),
         full_tower="llava-hf/llava-1.5-7b-hf",
     ),
@@ -600,5 +623,13 @@ FAMILIES: list[TowerFamily] = [
         _aria_inputs,
         full_tower="rhymes-ai/Aria",
         differs=INFERENCE_VIEWS,  # its projector's nn.MultiheadAttention
+    ),
+    TowerFamily(
+        "llava_next",
+        "llava_next:LlavaNextForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _llava_builder(next_=True),
+        _llava_next_inputs,
+        full_tower="llava-hf/llava-v1.6-mistral-7b-hf",
     ),
 ]
