@@ -159,6 +159,23 @@ def build_family(
     return host
 
 
+def build_on_meta(family: TowerFamily, size: str, dtype: torch.dtype = torch.bfloat16) -> nn.Module:
+    """The family's host with its towers built on the meta device: shapes, no memory.
+
+    Checks a size's configs (the GPU matrix's "full" ones included) on any
+    machine, in seconds.
+    """
+    host = bare_host(family.model_class())
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device("meta"):
+            family.build(host, size)
+    finally:
+        torch.set_default_dtype(default_dtype)
+    return host
+
+
 def towers_of(family: TowerFamily, host: nn.Module) -> dict[str, nn.Module]:
     """The modules `_mark_tower_model` hands to the offloader, by name."""
     return {name: host.get_submodule(name) for name in family.towers}
