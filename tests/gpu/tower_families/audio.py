@@ -231,6 +231,39 @@ def _audioflamingo3_inputs(host: nn.Module, size: str, generator):
     )
 
 
+def _build_glmasr(host: nn.Module, size: str) -> None:
+    from transformers import GlmAsrConfig
+    from vllm.model_executor.models.glmasr import GlmAsrEncoder, GlmAsrMultiModalProjector
+
+    audio = by_size(
+        size,
+        {
+            "hidden_size": 64,
+            "intermediate_size": 256,  # 4 frames merged into one token: 4 x hidden
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+        },
+        {},  # transformers' defaults, documented as zai-org/GLM-ASR-Nano-2512
+    )
+    config = host.config = GlmAsrConfig(audio_config=audio, text_config={"hidden_size": by_size(size, 96, 2048)})
+    host.audio_tower = GlmAsrEncoder(config.audio_config, quant_config=None, prefix="audio_tower")
+    host.multi_modal_projector = GlmAsrMultiModalProjector(config, quant_config=None, prefix="multi_modal_projector")
+
+
+def _glmasr_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.glmasr import GlmAsrFeatureInputs
+
+    # 30 s chunks of 128 mel bins: a 42 s clip (two chunks) and a 12 s one.
+    frames = torch.tensor([3000, 1200, 1200], device=generator.device)
+    return GlmAsrFeatureInputs(
+        type="audio_features",
+        input_features=randn(generator, 3, 128, 3000).to(current_dtype()),
+        feature_attention_mask=(torch.arange(3000, device=generator.device) < frames[:, None]).long(),
+        chunk_counts=torch.tensor([2, 1]),
+    )
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_audio",
@@ -286,5 +319,14 @@ FAMILIES: list[TowerFamily] = [
         _audioflamingo3_inputs,
         process="_process_audio_input",
         full_tower="nvidia/audio-flamingo-3-hf",
+    ),
+    TowerFamily(
+        "glmasr",
+        "glmasr:GlmAsrForConditionalGeneration",
+        ("audio_tower", "multi_modal_projector"),
+        _build_glmasr,
+        _glmasr_inputs,
+        process="_process_audio_input",
+        full_tower="zai-org/GLM-ASR-Nano-2512",
     ),
 ]
