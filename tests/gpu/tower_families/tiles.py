@@ -532,6 +532,41 @@ def _aria_inputs(host: nn.Module, size: str, generator):
     return AriaImagePixelInputs(type="pixel_values", pixel_values=random_tiles(generator, 2, side), pixel_mask=mask)
 
 
+def _build_interns1(host: nn.Module, size: str) -> None:
+    from transformers import InternVLConfig
+
+    # Intern-S1-mini: InternViT-300M-448px (transformers' InternVL defaults)
+    # and Qwen3-8B's 4096.
+    vision = by_size(
+        size,
+        {
+            "hidden_size": 64,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "intermediate_size": 128,
+            "image_size": [32, 32],
+            "patch_size": [4, 4],
+        },
+        {},
+    )
+    config = host.config = InternVLConfig(vision_config=vision, text_config={"hidden_size": by_size(size, 96, 4096)})
+    # As InternS1ForConditionalGeneration.__init__.
+    host.patch_size = config.vision_config.patch_size[0]
+    host.downsample_ratio = config.downsample_ratio
+    host.vision_tower = host._init_vision_model(config, None, prefix="vision_tower")
+    host.multi_modal_projector = host._init_mlp1(config)
+
+
+def _interns1_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.interns1 import InternS1ImagePixelInputs
+
+    tiles = by_size(size, [3, 1], [7, 1])  # dynamic tiles + thumbnail, and one tile
+    side = host.config.vision_config.image_size[0]
+    return InternS1ImagePixelInputs(
+        type="pixel_values", pixel_values=random_tiles(generator, sum(tiles), side), num_patches=torch.tensor(tiles)
+    )
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "internvl",
@@ -631,5 +666,14 @@ FAMILIES: list[TowerFamily] = [
         _llava_builder(next_=True),
         _llava_next_inputs,
         full_tower="llava-hf/llava-v1.6-mistral-7b-hf",
+    ),
+    TowerFamily(
+        "interns1",
+        "interns1:InternS1ForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_interns1,
+        _interns1_inputs,
+        process="_process_vision_input",
+        full_tower="internlm/Intern-S1-mini",
     ),
 ]
