@@ -19,57 +19,62 @@ from tower_families.core import (
 )
 
 
-def _build_internvl(host: nn.Module, size: str) -> None:
-    vision = by_size(
-        size,
-        remote_config(
-            hidden_size=64,
-            num_attention_heads=4,
-            intermediate_size=128,
-            num_hidden_layers=3,
-            qk_normalization=False,
-            norm_type="layer_norm",
-            layer_norm_eps=1e-6,
-            hidden_act="gelu",
-            image_size=32,
-            patch_size=4,
-            num_channels=3,
-            qkv_bias=True,
-            drop_path_rate=0.0,
-            initializer_factor=1.0,
-        ),
-        # InternViT-300M-448px-V2.5 (InternVL3-8B).
-        remote_config(
-            hidden_size=1024,
-            num_attention_heads=16,
-            intermediate_size=4096,
-            num_hidden_layers=24,
-            qk_normalization=False,
-            norm_type="layer_norm",
-            layer_norm_eps=1e-6,
-            hidden_act="gelu",
-            image_size=448,
-            patch_size=14,
-            num_channels=3,
-            qkv_bias=True,
-            drop_path_rate=0.0,
-            initializer_factor=1.0,
-        ),
-    )
-    config = host.config = remote_config(
-        vision_config=vision,
-        text_config=remote_config(hidden_size=by_size(size, 96, 3584)),
-        select_layer=-1,
-        downsample_ratio=0.5,
-        ps_version="v2",
-        force_image_size=vision.image_size,
-    )
-    # The model's own __init__ steps for the tower (InternVLChatModel).
-    host.downsample_ratio = config.downsample_ratio
-    host.ps_version = config.ps_version
-    host.patch_size = vision.patch_size
-    host.vision_model = host._init_vision_model(config, None, prefix="vision_model")
-    host.mlp1 = host._init_mlp1(config)
+def _internvl_builder(text_hidden: int):
+    """InternVLChatModel's tower steps (InternViT-300M-448px), for it and its subclasses."""
+
+    def build(host: nn.Module, size: str) -> None:
+        vision = by_size(
+            size,
+            remote_config(
+                hidden_size=64,
+                num_attention_heads=4,
+                intermediate_size=128,
+                num_hidden_layers=3,
+                qk_normalization=False,
+                norm_type="layer_norm",
+                layer_norm_eps=1e-6,
+                hidden_act="gelu",
+                image_size=32,
+                patch_size=4,
+                num_channels=3,
+                qkv_bias=True,
+                drop_path_rate=0.0,
+                initializer_factor=1.0,
+            ),
+            # InternViT-300M-448px-V2.5 (InternVL3-8B).
+            remote_config(
+                hidden_size=1024,
+                num_attention_heads=16,
+                intermediate_size=4096,
+                num_hidden_layers=24,
+                qk_normalization=False,
+                norm_type="layer_norm",
+                layer_norm_eps=1e-6,
+                hidden_act="gelu",
+                image_size=448,
+                patch_size=14,
+                num_channels=3,
+                qkv_bias=True,
+                drop_path_rate=0.0,
+                initializer_factor=1.0,
+            ),
+        )
+        config = host.config = remote_config(
+            vision_config=vision,
+            text_config=remote_config(hidden_size=by_size(size, 96, text_hidden)),
+            select_layer=-1,
+            downsample_ratio=0.5,
+            ps_version="v2",
+            force_image_size=vision.image_size,
+        )
+        # The model's own __init__ steps for the tower (InternVLChatModel).
+        host.downsample_ratio = config.downsample_ratio
+        host.ps_version = config.ps_version
+        host.patch_size = vision.patch_size
+        host.vision_model = host._init_vision_model(config, None, prefix="vision_model")
+        host.mlp1 = host._init_mlp1(config)
+
+    return build
 
 
 def _internvl_inputs(host: nn.Module, size: str, generator):
@@ -572,7 +577,7 @@ FAMILIES: list[TowerFamily] = [
         "internvl",
         "internvl:InternVLChatModel",
         ("vision_model", "mlp1"),
-        _build_internvl,
+        _internvl_builder(text_hidden=3584),  # Qwen2.5-7B's width
         _internvl_inputs,
         process="_process_vision_input",
         full_tower="OpenGVLab/InternVL3-8B",
@@ -675,5 +680,14 @@ FAMILIES: list[TowerFamily] = [
         _interns1_inputs,
         process="_process_vision_input",
         full_tower="internlm/Intern-S1-mini",
+    ),
+    TowerFamily(
+        "h2ovl",
+        "h2ovl:H2OVLChatModel",
+        ("vision_model", "mlp1"),
+        _internvl_builder(text_hidden=2560),  # H2O-Danube2's width
+        _internvl_inputs,
+        process="_process_vision_input",
+        full_tower="h2oai/h2ovl-mississippi-2b",
     ),
 ]
