@@ -15,8 +15,6 @@ import torch
 import torch.nn as nn
 
 TINY = "tiny"
-
-
 FULL = "full"
 
 
@@ -29,8 +27,8 @@ INFERENCE_VIEWS = (
     "views do not require grad; aten::matmul then stops folding a non-contiguous "
     "3-D input into one mm (it folds when the weight requires grad, as the "
     "resident nn.MultiheadAttention.in_proj_weight does) and sums in another "
-    "order: last-bit differences (2e-10 to 2e-8 at fp32 on the CPU). Allocating the slots and "
-    "binding under torch.inference_mode(False) makes it bit-identical."
+    "order: last-bit differences (2e-10 to 2e-8 at fp32 on the CPU). Allocating "
+    "the slots and binding under torch.inference_mode(False) makes it bit-identical."
 )
 
 
@@ -80,6 +78,9 @@ class TowerFamily:
         return getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), cls)
 
 
+# -- vLLM state ----------------------------------------------------------------
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -113,6 +114,9 @@ def vllm_context(backend: str) -> Iterator[Any]:
             yield config
         finally:
             cleanup_dist_env_and_memory()
+
+
+# -- building, encoding, comparing ---------------------------------------------
 
 
 def bare_host(cls: type[nn.Module]) -> nn.Module:
@@ -255,6 +259,9 @@ def device_properties(host: nn.Module, towers: dict[str, nn.Module]) -> dict[str
     return found
 
 
+# -- input helpers and shared tower configs ------------------------------------
+
+
 def current_dtype() -> torch.dtype:
     return torch.get_default_dtype()
 
@@ -336,49 +343,6 @@ def qwen_grid_inputs(patch_full: int, temporal: int = 2):
     return inputs
 
 
-def audio_feature_inputs(mel_bins: int, lengths: list[int], generator):
-    return {
-        "type": "audio_features",
-        "input_features": randn(generator, mel_bins, sum(lengths)).to(current_dtype()),
-        "audio_feature_lengths": torch.tensor(lengths, dtype=torch.long),
-        "feature_attention_mask": None,
-    }
-
-
-class TokenEmbedding(nn.Module):
-    """The language model's input embedding, all that an encode asks of it.
-
-    Molmo2's `_process_image_input` embeds each image's prompt tokens and
-    writes the pooled features over its patch tokens.
-    """
-
-    def __init__(self, vocab: int, hidden: int):
-        super().__init__()
-        self.embed_tokens = nn.Embedding(vocab, hidden)
-
-    def embed_input_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.embed_tokens(ids)
-
-
-def siglip_config(size: str, full: dict[str, Any], **extra: Any):
-    """A transformers SigLIP vision config: tiny, or `full` (a released tower)."""
-    from transformers import SiglipVisionConfig
-
-    dims = by_size(
-        size,
-        {
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 3,
-            "num_attention_heads": 4,
-            "image_size": 32,
-            "patch_size": 4,
-        },
-        full,
-    )
-    return SiglipVisionConfig(**dims, **extra)
-
-
 # SigLIP-so400m/14 (27 layers, width 1152): MiniCPM-V 2.6/4.5, Gemma 3, ...
 SO400M_14 = {
     "hidden_size": 1152,
@@ -396,16 +360,4 @@ TINY_VIT = {
     "num_attention_heads": 4,
     "image_size": 32,
     "patch_size": 4,
-}
-
-
-# CLIP ViT-L/14 at 336 (LLaVA-1.5, LLaVA-NeXT, ...).
-CLIP_L14_336 = {
-    "hidden_size": 1024,
-    "intermediate_size": 4096,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 16,
-    "image_size": 336,
-    "patch_size": 14,
-    "projection_dim": 768,
 }

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
 
 from tower_families.core import (
     TINY,
     TowerFamily,
-    audio_feature_inputs,
     by_size,
+    current_dtype,
     qwen_grid_inputs,
+    randn,
 )
 from tower_families.grids import qwen2_5_vision_config
+
+
+def audio_feature_inputs(mel_bins: int, lengths: list[int], generator):
+    return {
+        "type": "audio_features",
+        "input_features": randn(generator, mel_bins, sum(lengths)).to(current_dtype()),
+        "audio_feature_lengths": torch.tensor(lengths, dtype=torch.long),
+        "feature_attention_mask": None,
+    }
 
 
 def _qwen3_omni_vision_config(size: str):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn as nn
 
@@ -9,15 +11,47 @@ from tower_families.core import (
     INFERENCE_VIEWS,
     SO400M_14,
     TINY_VIT,
-    TokenEmbedding,
     TowerFamily,
     by_size,
     current_dtype,
     randn,
     random_tiles,
     remote_config,
-    siglip_config,
 )
+
+
+def siglip_config(size: str, full: dict[str, Any], **extra: Any):
+    """A transformers SigLIP vision config: tiny, or `full` (a released tower)."""
+    from transformers import SiglipVisionConfig
+
+    dims = by_size(
+        size,
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "image_size": 32,
+            "patch_size": 4,
+        },
+        full,
+    )
+    return SiglipVisionConfig(**dims, **extra)
+
+
+class TokenEmbedding(nn.Module):
+    """The language model's input embedding, all that an encode asks of it.
+
+    Molmo2's `_process_image_input` embeds each image's prompt tokens and
+    writes the pooled features over its patch tokens.
+    """
+
+    def __init__(self, vocab: int, hidden: int):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, hidden)
+
+    def embed_input_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(ids)
 
 
 def _minicpmv_builder(version: tuple[int, int], llm_hidden: int):

@@ -6,7 +6,6 @@ import torch
 import torch.nn as nn
 
 from tower_families.core import (
-    CLIP_L14_336,
     INFERENCE_VIEWS,
     SO400M_14,
     TINY_VIT,
@@ -17,6 +16,17 @@ from tower_families.core import (
     random_tiles,
     remote_config,
 )
+
+# CLIP ViT-L/14 at 336 (LLaVA-1.5, LLaVA-NeXT, ...).
+CLIP_L14_336 = {
+    "hidden_size": 1024,
+    "intermediate_size": 4096,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "image_size": 336,
+    "patch_size": 14,
+    "projection_dim": 768,
+}
 
 
 def _internvl_builder(text_hidden: int):
