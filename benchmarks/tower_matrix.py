@@ -72,14 +72,6 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def selected(names: str, shard: str) -> list[tf.TowerFamily]:
-    families = list(tf.FAMILIES) if not names else [tf.family(name) for name in names.split(",")]
-    index, count = (int(part) for part in shard.split("/"))
-    if not 1 <= index <= count:
-        raise SystemExit(f"tower_matrix.py: --shard {shard}: K must be between 1 and N")
-    return families[index - 1 :: count]
-
-
 def run_family(family: tf.TowerFamily, args: argparse.Namespace, dtype) -> dict:
     missing = family.missing()
     if missing:
@@ -104,7 +96,10 @@ def main() -> None:
     args = parse_args()
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    families = selected(args.families, args.shard)
+    try:
+        families = tf.select(args.families, args.shard)
+    except ValueError as e:
+        raise SystemExit(f"tower_matrix.py: --shard: {e}") from None
     rows: list[dict] = []
     with tf.vllm_context("nccl" if device.type == "cuda" else "gloo"):
         for family in families:

@@ -59,6 +59,7 @@ __all__ = [
     "device_properties",
     "encode",
     "family",
+    "select",
     "make_inputs",
     "markdown_table",
     "max_abs_diff",
@@ -84,3 +85,14 @@ def family(name: str) -> TowerFamily:
         if f.name == name:
             return f
     raise KeyError(name)
+
+
+def select(names: str = "", shard: str = "1/1") -> list[TowerFamily]:
+    """The families named (comma-separated; all if empty), then the K-th of N
+    slices for `shard` "K/N" (so a full-size run can be split into calls that
+    each end under a device's per-command time limit)."""
+    families = list(FAMILIES) if not names else [family(name) for name in names.split(",")]
+    index, count = (int(part) for part in shard.split("/"))
+    if not 1 <= index <= count:
+        raise ValueError(f"shard {shard!r}: K must be between 1 and N")
+    return families[index - 1 :: count]
