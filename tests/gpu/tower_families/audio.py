@@ -264,6 +264,39 @@ def _glmasr_inputs(host: nn.Module, size: str, generator):
     )
 
 
+def _build_minicpmo_audio(host: nn.Module, size: str) -> None:
+    from transformers import WhisperConfig
+
+    # MiniCPM-o 2.6: Whisper-medium's encoder (80 mels), 1 s attention
+    # chunks, 2x pooling, projected into Qwen2.5-7B's 3584.
+    dims = by_size(
+        size,
+        {"d_model": 64, "encoder_layers": 3, "encoder_attention_heads": 4, "encoder_ffn_dim": 256},
+        {"d_model": 1024, "encoder_layers": 24, "encoder_attention_heads": 16, "encoder_ffn_dim": 4096},
+    )
+    host.config = remote_config(
+        audio_config=WhisperConfig(**dims, num_mel_bins=80, max_source_positions=1500),
+        audio_pool_step=2,
+        audio_chunk_length=1.0,
+    )
+    host.embed_dim = by_size(size, 96, 3584)
+    # MiniCPMOBaseModel.__init__: init_audio_module also sets the pooler and
+    # the projection, inside _mark_tower_model, so both are towers too.
+    host.apm = host.init_audio_module(vllm_config=host.vllm_config, prefix="apm")
+
+
+def _minicpmo_audio_inputs(host: nn.Module, size: str, generator):
+    from vllm.model_executor.models.minicpmo import MiniCPMOAudioFeatureInputs
+
+    # 80 mel bins at 100 frames/s, padded: a 30 s clip and a 12 s one.
+    frames = [3000, 1200]
+    return MiniCPMOAudioFeatureInputs(
+        type="audio_features",
+        audio_features=randn(generator, 2, 80, 3000).to(current_dtype()),
+        audio_feature_lens=[torch.tensor([n]) for n in frames],
+    )
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_audio",
@@ -328,5 +361,14 @@ FAMILIES: list[TowerFamily] = [
         _glmasr_inputs,
         process="_process_audio_input",
         full_tower="zai-org/GLM-ASR-Nano-2512",
+    ),
+    TowerFamily(
+        "minicpmo_audio",
+        "minicpmo:MiniCPMO2_6",
+        ("apm", "audio_avg_pooler", "audio_projection_layer"),
+        _build_minicpmo_audio,
+        _minicpmo_audio_inputs,
+        process="_process_audio_input",
+        full_tower="openbmb/MiniCPM-o-2_6 (audio tower)",
     ),
 ]
