@@ -18,20 +18,6 @@ TINY = "tiny"
 FULL = "full"
 
 
-# Why towers with torch's nn.MultiheadAttention (MiniCPM-V's resampler, Aria's
-# projector) differ when streamed: found on the CPU; the mechanism is
-# device-independent, so expected on the GPU too.
-INFERENCE_VIEWS = (
-    "the streamer binds parameters to views made inside torch.inference_mode "
-    "(ring slots, resting arena views), so they become inference tensors whose "
-    "views do not require grad; aten::matmul then stops folding a non-contiguous "
-    "3-D input into one mm (it folds when the weight requires grad, as the "
-    "resident nn.MultiheadAttention.in_proj_weight does) and sums in another "
-    "order: last-bit differences (2e-10 to 2e-8 at fp32 on the CPU). Allocating "
-    "the slots and binding under torch.inference_mode(False) makes it bit-identical."
-)
-
-
 @dataclass(frozen=True)
 class TowerFamily:
     """How to build one family's towers and encode real-shaped inputs.

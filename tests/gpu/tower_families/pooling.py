@@ -8,7 +8,6 @@ import torch
 import torch.nn as nn
 
 from tower_families.core import (
-    INFERENCE_VIEWS,
     SO400M_14,
     TINY_VIT,
     TowerFamily,
@@ -312,7 +311,6 @@ FAMILIES: list[TowerFamily] = [
         _minicpmv_inputs,
         process="_process_vision_input",
         full_tower="openbmb/MiniCPM-V-2_6",
-        differs=INFERENCE_VIEWS,
     ),
     TowerFamily(
         "minicpmv4_5",
@@ -322,7 +320,6 @@ FAMILIES: list[TowerFamily] = [
         _minicpmv_inputs,
         process="_process_vision_input",
         full_tower="openbmb/MiniCPM-V-4_5",
-        differs=INFERENCE_VIEWS,
     ),
     TowerFamily(
         "molmo",

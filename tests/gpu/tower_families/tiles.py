@@ -6,7 +6,6 @@ import torch
 import torch.nn as nn
 
 from tower_families.core import (
-    INFERENCE_VIEWS,
     SO400M_14,
     TINY_VIT,
     TowerFamily,
@@ -672,7 +671,6 @@ FAMILIES: list[TowerFamily] = [
         _build_aria,
         _aria_inputs,
         full_tower="rhymes-ai/Aria",
-        differs=INFERENCE_VIEWS,  # its projector's nn.MultiheadAttention
     ),
     TowerFamily(
         "llava_next",
