@@ -42,6 +42,7 @@ from tower_families.core import (
     make_inputs,
     max_abs_diff,
     towers_of,
+    use_plain_cpu_linear,
     vllm_context,
 )
 from tower_families.measure import markdown_table, measure_family, param_bytes_on_device, release
@@ -67,6 +68,7 @@ __all__ = [
     "param_bytes_on_device",
     "release",
     "towers_of",
+    "use_plain_cpu_linear",
     "vllm_context",
 ]
 
