@@ -16,15 +16,19 @@ the refusal message if the streamer refuses the tower at wrap time.
 
     python3 benchmarks/tower_matrix.py --out-dir benchmarks/results/tower_matrix
 
-writes tower_matrix.json and tower_matrix.md there. `--size tiny` runs the
-CPU-sized towers (seconds), `--families a,b` a subset.
+writes tower_matrix.json and tower_matrix.md there (rewritten after every
+family, so a run cut short keeps its rows). `--size tiny` runs the CPU-sized
+towers (seconds), `--families a,b` a subset, `--shard K/N` the K-th of N
+slices (to tower_matrix.K-of-N.json/.md): run the full-size matrix in slices
+small enough that each call ends under the device's 10-minute command limit.
 
 On the H200 (../shared/gpu/README.md), from a checkout with the patched tree:
 
     ../shared/gpu/pack.sh build/vllm
     # device, carry [".gpu"]:
-    bash .gpu/run.sh bash -c 'timeout 540 python3 benchmarks/tower_matrix.py \
-        --out-dir $OUT/tower_matrix 2>&1 | tee $OUT/tower_matrix.log | tail -40'
+    # one call per shard, K = 1, 2, 3:
+    bash .gpu/run.sh bash -c 'timeout 540 python3 benchmarks/tower_matrix.py --shard K/3 \
+        --out-dir $OUT/tower_matrix 2>&1 | tee $OUT/tower_matrix.K.log | tail -40'
 
 A family that fails to build or encode there becomes an "error" row (with
 its traceback in the JSON); the run goes on with the next family.
@@ -57,15 +61,15 @@ def parse_args() -> argparse.Namespace:
         default="",
         help="comma-separated family names (default: all): " + ",".join(f.name for f in tf.FAMILIES),
     )
+    parser.add_argument(
+        "--shard",
+        default="1/1",
+        help="K/N: run the K-th of N equal slices of the selected families (one call per slice keeps "
+        "each under the device's per-command limit); results go to tower_matrix.K-of-N.{json,md}",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     return parser.parse_args()
-
-
-def selected(names: str) -> list[tf.TowerFamily]:
-    if not names:
-        return list(tf.FAMILIES)
-    return [tf.family(name) for name in names.split(",")]
 
 
 def run_family(family: tf.TowerFamily, args: argparse.Namespace, dtype) -> dict:
@@ -83,7 +87,7 @@ def run_family(family: tf.TowerFamily, args: argparse.Namespace, dtype) -> dict:
             "error": f"{type(e).__name__}: {e}",
             "traceback": traceback.format_exc(),
         }
-        tf._release(torch.device(args.device))
+        tf.release(torch.device(args.device))
     row["wall_s"] = round(time.perf_counter() - start, 2)
     return row
 
@@ -92,12 +96,17 @@ def main() -> None:
     args = parse_args()
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    families = selected(args.families)
-    rows = []
+    try:
+        families = tf.select(args.families, args.shard)
+    except ValueError as e:
+        raise SystemExit(f"tower_matrix.py: --shard: {e}") from None
+    rows: list[dict] = []
     with tf.vllm_context("nccl" if device.type == "cuda" else "gloo"):
         for family in families:
             row = run_family(family, args, dtype)
             rows.append(row)
+            # After every family: a run cut short by the time limit keeps its rows.
+            write_results(args, device, dtype, rows)
             print(
                 f"[tower-matrix] {family.name}: {row['status']} "
                 f"({row.get('wall_s')} s) "
@@ -118,8 +127,15 @@ def main() -> None:
                 ),
                 flush=True,
             )
+    streams = write_results(args, device, dtype, rows)
+    print(f"[tower-matrix] {streams}/{len(rows)} stream bit-identically; results in {args.out_dir}")
+
+
+def write_results(args: argparse.Namespace, device: torch.device, dtype: torch.dtype, rows: list[dict]) -> int:
+    """Write the rows so far as JSON and Markdown; return how many stream bit-identically."""
     args.out_dir.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python3", *sys.argv])
+    stem = "tower_matrix" if args.shard == "1/1" else f"tower_matrix.{args.shard.replace('/', '-of-')}"
     report = {
         "command": command,
         "size": args.size,
@@ -129,17 +145,17 @@ def main() -> None:
         "standins": os.environ.get("VLLM_GPU_STANDINS") == "1",
         "rows": rows,
     }
-    _write(args.out_dir / "tower_matrix.json", json.dumps(report, indent=2) + "\n")
+    _write(args.out_dir / f"{stem}.json", json.dumps(report, indent=2) + "\n")
     streams = sum(r["status"] == "streams" for r in rows)
     zero = sum(r.get("streamed_param_bytes_on_device") == 0 for r in rows)
     _write(
-        args.out_dir / "tower_matrix.md",
+        args.out_dir / f"{stem}.md",
         f"# Tower matrix ({args.size}, {report['device']}, {report['dtype']})\n\n"
         f"`{command}`\n\n{tf.markdown_table(rows)}\n"
         f"{streams} of {len(rows)} families stream bit-identically; {zero} with "
         "0 tower parameter bytes on the device between encodes.\n",
     )
-    print(f"[tower-matrix] {streams}/{len(rows)} stream bit-identically; results in {args.out_dir}")
+    return streams
 
 
 def _write(path: Path, text: str) -> None:

@@ -9,8 +9,11 @@ streamed parameter rests in the arena between encodes, and that `device`
 properties report what they reported before.
 
 A family the streamer refuses must be refused at wrap time with a ValueError
-naming the reason; `REFUSED` records which and why. The full-size run of the
-same registry on the GPU is tests/gpu/test_tower_matrix.py.
+naming the reason; `REFUSED` records which and why. A family whose streamed
+output is known to differ (`TowerFamily.differs`, a patch issue) is a strict
+xfail: it fails once the patch makes it bit-identical. The full-size run of
+the same registry on the GPU is tests/gpu/test_tower_matrix.py; its configs
+are checked here by building every full-size tower on the meta device.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ def _param(family: tf.TowerFamily):
         marks.append(pytest.mark.skip(reason=skip))
     if family.slow_on_cpu:
         marks.append(pytest.mark.slow)
+    if family.differs:
+        marks.append(pytest.mark.xfail(strict=True, raises=tf.NotBitIdentical, reason=family.differs))
     return pytest.param(family, id=family.name, marks=marks)
 
 
@@ -84,7 +89,10 @@ def _define_missing_activation_ops() -> torch.library.Library:
 @pytest.fixture(scope="module")
 def vllm_state():
     library = _define_missing_activation_ops()
-    with tf.vllm_context("gloo") as config:
+    with pytest.MonkeyPatch.context() as patch, tf.vllm_context("gloo") as config:
+        # A CPU-only torch raises instead of answering (MiniCPM-V's resampler
+        # asks before it grows its position cache); nothing is captured here.
+        patch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
         yield config
     del library
 
@@ -99,6 +107,9 @@ def test_tiny_tower_streams_bit_identically(vllm_state, family: tf.TowerFamily):
     inputs = tf.make_inputs(family, host, tf.TINY, cpu)
     reference = tf.encode(family, host, inputs)
     assert reference and all(torch.isfinite(t).all() for t in reference)
+    # Resident encodes repeat exactly (eval mode, no dropout): a streamed
+    # difference is the streamer's.
+    assert tf.bit_identical(tf.encode(family, host, inputs), reference)
     devices = tf.device_properties(host, towers)
 
     offloader = PrefetchOffloader(group_size=0, num_in_group=1, prefetch_step=1, offload_towers=True)
@@ -117,7 +128,22 @@ def test_tiny_tower_streams_bit_identically(vllm_state, family: tf.TowerFamily):
     assert streamed_params == {id(p) for t in towers.values() for p in t.parameters()}
 
     for _ in range(3):
-        assert tf.bit_identical(tf.encode(family, host, inputs), reference)
+        tf.check_bit_identical(tf.encode(family, host, inputs), reference)
         assert all(u.is_packed() for t in streamer.towers for u in t.units)
         assert all(t.in_flight_units == [] for t in streamer.towers)
     assert tf.device_properties(host, towers) == devices
+
+
+def _buildable(family: tf.TowerFamily):
+    missing = family.missing()
+    return pytest.param(family, id=family.name, marks=[pytest.mark.skip(reason=missing)] if missing else [])
+
+
+@pytest.mark.parametrize("family", [_buildable(f) for f in tf.FAMILIES])
+def test_full_size_towers_build(vllm_state, family: tf.TowerFamily):
+    """The GPU matrix's full-size configs build (on the meta device: shapes only)."""
+    host = tf.build_on_meta(family, tf.FULL)
+    params = [p for tower in tf.towers_of(family, host).values() for p in tower.parameters()]
+    # Built under the loader's default device and dtype, as vLLM builds them.
+    assert params and all(p.device.type == "meta" for p in params)
+    assert sum(p.numel() for p in params) > 10_000_000  # a released tower, not a tiny one
