@@ -124,8 +124,9 @@ def test_tiny_tower_streams_bit_identically(vllm_state, family: tf.TowerFamily):
     streamer = offloader.tower_streamer
     assert streamer is not None
     streamed_params = {id(p) for t in streamer.towers for u in t.units for p in (pl.param for pl in u.places)}
-    # The whole of every tower is streamed: nothing left resident.
-    assert streamed_params == {id(p) for t in towers.values() for p in t.parameters()}
+    # The whole of every tower is streamed but token-embedding tables, which stay resident
+    # (read at every decoding step; Phi-3-vision marks its `embed_tokens` as a tower).
+    assert streamed_params == {id(p) for t in towers.values() for p in tf.streamable_parameters(t)}
 
     for _ in range(3):
         tf.check_bit_identical(tf.encode(family, host, inputs), reference)

@@ -207,6 +207,15 @@ def flatten(out: Any) -> list[torch.Tensor]:
     return [t for item in out for t in flatten(item)]
 
 
+def streamable_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """`module`'s parameters but those the streamer keeps resident by design (the patch's own
+    `resident_modules`: token-embedding tables)."""
+    from vllm.model_executor.offloader.tower_streaming import resident_modules
+
+    kept = {id(p) for name in resident_modules(module) for p in module.get_submodule(name).parameters()}
+    return [p for p in module.parameters() if id(p) not in kept]
+
+
 def max_abs_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
         return math.inf

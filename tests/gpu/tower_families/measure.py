@@ -15,6 +15,7 @@ from tower_families.core import (
     encode,
     make_inputs,
     max_abs_diff,
+    streamable_parameters,
     towers_of,
 )
 
@@ -22,7 +23,8 @@ MiB = 1 << 20
 
 
 def param_bytes_on_device(module: nn.Module, offloader=None) -> int:
-    """Parameter bytes in device memory: not counting views of a streamed arena."""
+    """Parameter bytes in device memory: not counting views of a streamed arena, nor the
+    token-embedding tables the streamer keeps resident by design."""
     arenas = []
     if offloader is not None and offloader.tower_streamer is not None:
         arenas = [t.arena.device_view for t in offloader.tower_streamer.towers]
@@ -30,7 +32,11 @@ def param_bytes_on_device(module: nn.Module, offloader=None) -> int:
     def in_arena(p: torch.Tensor) -> bool:
         return any(a.data_ptr() <= p.data_ptr() < a.data_ptr() + a.numel() for a in arenas)
 
-    return sum(p.numel() * p.element_size() for p in module.parameters() if p.device.type != "cpu" and not in_arena(p))
+    return sum(
+        p.numel() * p.element_size()
+        for p in streamable_parameters(module)
+        if p.device.type != "cpu" and not in_arena(p)
+    )
 
 
 def _synchronize(device: torch.device) -> None:
