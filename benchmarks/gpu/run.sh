@@ -3,11 +3,12 @@
 # under the 600 s a command may take. Logs and results land in $OUT.
 #   bash benchmarks/gpu/run.sh proof     # in-tree tests, tower tests, engine tests (Qwen3-VL eager and
 #                                        # CUDA graphs, Qwen2.5-VL eager)
-#   bash benchmarks/gpu/run.sh serve     # vllm serve + openai (lru and shm mm cache), tower families
-#   bash benchmarks/gpu/run.sh pipeline  # the pipeline matrix (issue 11), the engine benchmark
+#   bash benchmarks/gpu/run.sh serve     # vllm serve + openai (lru and shm mm cache), tower families 1/2
+#   bash benchmarks/gpu/run.sh pipeline  # the pipeline matrix (issue 11), tower families 2/2
+#   bash benchmarks/gpu/run.sh bench     # the engine benchmark (latency), if time is left
 #   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
 set -uo pipefail
-stage=${1:?usage: run.sh proof|serve|pipeline|multi}
+stage=${1:?usage: run.sh proof|serve|pipeline|bench|multi}
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
 { date -u; cat .gpu/repo/TREE; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.used,memory.total --format=csv
@@ -21,14 +22,17 @@ proof)
   ;;
 serve)
   in_repo "timeout 330 $pytest_gpu tests/gpu/test_server_offload_towers.py" 2>&1 | tee "$OUT/gpu-server-tests.log" | tail -30
-  in_repo "timeout 200 python3 benchmarks/tower_matrix.py --out-dir $OUT/tower_matrix" 2>&1 | tee "$OUT/tower-matrix.log" | tail -30
+  in_repo "timeout 220 python3 benchmarks/tower_matrix.py --shard 1/2 --out-dir $OUT/tower_matrix-1" 2>&1 | tee "$OUT/tower-matrix-1.log" | tail -30
   ;;
 pipeline)
-  in_repo "timeout 340 python3 benchmarks/tower_pipeline.py --budget-s 300 --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
-  in_repo "timeout 200 python3 benchmarks/engine_offload.py --repeats 5 --out-dir $OUT/engine" 2>&1 | tee "$OUT/engine-offload.log" | tail -20
+  in_repo "timeout 300 python3 benchmarks/tower_pipeline.py --budget-s 250 --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
+  in_repo "timeout 220 python3 benchmarks/tower_matrix.py --shard 2/2 --out-dir $OUT/tower_matrix-2" 2>&1 | tee "$OUT/tower-matrix-2.log" | tail -30
+  ;;
+bench)
+  in_repo "timeout 400 python3 benchmarks/engine_offload.py --repeats 5 --out-dir $OUT/engine" 2>&1 | tee "$OUT/engine-offload.log" | tail -20
   ;;
 multi)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_engine_multi_gpu.py" 2>&1 | tee "$OUT/gpu-multi-gpu-tests.log" | tail -40
   ;;
-*) echo "run.sh: unknown stage $stage (proof, serve, pipeline, multi)" >&2; exit 2 ;;
+*) echo "run.sh: unknown stage $stage (proof, serve, pipeline, bench, multi)" >&2; exit 2 ;;
 esac
