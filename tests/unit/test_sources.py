@@ -158,3 +158,16 @@ def test_git_source_reports_an_unreachable_remote(fork, tmp_path):
     pin = load_pin(fork.root)
     with pytest.raises(ForkError, match="could not fetch tag v1.0.0 from .*nowhere"):
         ensure_upstream(pin, remote=str(tmp_path / "nowhere"))
+
+
+def test_a_lock_file_a_killed_fetch_left_in_the_cache_repo_does_not_stop_the_next(fork):
+    """kill -9 during the git source's shallow fetch leaves `shallow.lock` in the cache repo; git's
+    next fetch would refuse ("File exists"). The fork's own repo lock says no git runs there now."""
+    pin = load_pin(fork.root)
+    repo = upstream_repo()
+    (repo / "shallow.lock").write_bytes(b"")
+    (repo / "refs" / "fork").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "fork" / "half.lock").write_bytes(b"")
+    up = ensure_upstream(pin)
+    assert up.commit == sh(fork.remote, "git", "rev-parse", f"{TAG}^{{commit}}")
+    assert not (repo / "shallow.lock").exists() and not (repo / "refs" / "fork" / "half.lock").exists()

@@ -25,6 +25,24 @@ FIXED_EMAIL = "vllm-fork@localhost"
 FIXED_DATE = "1970-01-01T00:00:00+0000"
 
 
+#: git's lock files in a git dir that a killed git leaves behind (refs/**/*.lock too).
+LOCK_FILES = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock")
+
+
+def lock_files(gitdir: Path) -> list[Path]:
+    """The lock files in `gitdir` (a work tree's .git or a bare repository).
+
+    Only stale when the caller knows no git runs on it now (it holds the fork's own lock).
+    """
+    if not gitdir.is_dir():
+        return []
+    found = [gitdir / name for name in LOCK_FILES if (gitdir / name).exists()]
+    refs = gitdir / "refs"
+    if refs.is_dir():
+        found += sorted(refs.rglob("*.lock"))
+    return found
+
+
 def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {
         k: v

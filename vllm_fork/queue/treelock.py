@@ -33,10 +33,7 @@ from pathlib import Path
 
 from vllm_fork.core import log
 from vllm_fork.core.fs import write_atomic
-from vllm_fork.core.git import git
-
-#: git's lock files under .git that a killed git leaves behind.
-GIT_LOCKS = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock")
+from vllm_fork.core.git import git, lock_files
 
 #: The process's held tree locks (path -> depth): `build` holds it and calls `apply`.
 _held: dict[Path, int] = {}
@@ -71,21 +68,10 @@ def interrupted_step(tree: Path) -> Unfinished | None:
         return Unfinished("unknown", 0)
 
 
-def stale_git_locks(tree: Path) -> list[Path]:
-    gitdir = tree / ".git"
-    if not gitdir.is_dir():
-        return []
-    found = [gitdir / name for name in GIT_LOCKS if (gitdir / name).exists()]
-    refs = gitdir / "refs"
-    if refs.is_dir():
-        found += sorted(refs.rglob("*.lock"))
-    return found
-
-
 def remove_stale_git_locks(tree: Path) -> list[Path]:
     """Delete git's lock files in `tree` (only call while holding `locked`)."""
     removed = []
-    for path in stale_git_locks(tree):
+    for path in lock_files(tree / ".git"):
         path.unlink(missing_ok=True)
         removed.append(path)
     if removed:

@@ -16,7 +16,7 @@ from vllm_fork.core.git import git
 from vllm_fork.queue.patchfile import FileDiff
 from vllm_fork.rebase.classify import hunk_range, preimage
 from vllm_fork.upstream.pin import Pin
-from vllm_fork.upstream.sources import git_ref
+from vllm_fork.upstream.sources import git_ref, locked_repo
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 #: Commits listed per hunk at most (the rest are counted).
@@ -34,11 +34,12 @@ def fetch_history(repo: Path, remote: str, old: Pin, new: Pin) -> str:
         return f"the old pin {old.commit[:12]} has no tag to fetch history down to"
     want = f"refs/tags/{new.tag}" if new.tag else new.commit
     ref = git_ref(new)
-    for depth in (f"--shallow-exclude=refs/tags/{old.tag}", "--deepen=1"):
-        proc = git(repo, "fetch", "--quiet", "--no-tags", depth, remote, f"+{want}:{ref}", check=False)
-        if proc.returncode != 0:
-            said = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            return f"`git fetch {depth}` from {remote} failed: {said}"
+    with locked_repo(repo):  # the cache repo's other writers hold it too
+        for depth in (f"--shallow-exclude=refs/tags/{old.tag}", "--deepen=1"):
+            proc = git(repo, "fetch", "--quiet", "--no-tags", depth, remote, f"+{want}:{ref}", check=False)
+            if proc.returncode != 0:
+                said = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                return f"`git fetch {depth}` from {remote} failed: {said}"
     return ""
 
 

@@ -20,9 +20,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.core import log
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import sha256_file
-from vllm_fork.core.git import FIXED_EMAIL, FIXED_NAME, fast_import, git, rev
+from vllm_fork.core.git import FIXED_EMAIL, FIXED_NAME, fast_import, git, lock_files, rev
 from vllm_fork.core.paths import cache_dir
 from vllm_fork.upstream.download import fetch
 from vllm_fork.upstream.pin import SOURCES, Pin
@@ -49,11 +50,19 @@ def upstream_repo() -> Path:
 
 
 @contextmanager
-def _locked(repo: Path) -> Iterator[None]:
-    """Serialize imports and fetches: two builds sharing a cache must not race."""
+def locked_repo(repo: Path) -> Iterator[None]:
+    """Serialize what writes the cache repo (imports, fetches): two builds sharing a cache must
+    not race. Holding it, any git lock file in the repo was left by a killed process (every
+    writer holds this first): removed, so the next fetch does not fail on it."""
     with open(repo / "vllm-fork.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
+            stale = lock_files(repo)
+            for path in stale:
+                path.unlink(missing_ok=True)
+            if stale:
+                names = ", ".join(str(p.relative_to(repo)) for p in stale)
+                log.warning(f"{repo}: removed git lock file(s) a killed process left: {names}")
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
@@ -104,7 +113,7 @@ def _fast_import_stream(sdist: Path, message: str, ref: str) -> bytes:
 def import_sdist(sdist: Path, repo: Path, version: str, sha256: str) -> str:
     """Import `sdist` as one deterministic commit; return its id (cached by sha256)."""
     ref = sdist_ref(sha256)
-    with _locked(repo):
+    with locked_repo(repo):
         existing = rev(repo, ref)
         if existing:
             return existing
@@ -126,7 +135,7 @@ def _fetch_git(pin: Pin, repo: Path, remote: str) -> str:
     # A pin without a tag names a bare commit (`invoke rebase --to <full commit id>`).
     want = f"refs/tags/{pin.tag}" if pin.tag else pin.commit
     ref = git_ref(pin)
-    with _locked(repo):
+    with locked_repo(repo):
         proc = git(
             repo,
             "fetch",
