@@ -7,7 +7,6 @@ H200 test machine). Random bf16 weights; no downloads.
 from __future__ import annotations
 
 import gc
-import socket
 
 import pytest
 import torch
@@ -22,12 +21,6 @@ MiB = 1 << 20
 GRID = [[1, 78, 114]]  # 8892 patches -> 2223 image tokens after the 2x2 merge
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def vision_config(**overrides: object):
     """Qwen3-VL-8B's vision tower: 1099 MiB of bf16 weights."""
     from transformers.models.qwen3_vl.configuration_qwen3_vl import (
@@ -40,25 +33,10 @@ def vision_config(**overrides: object):
 
 @pytest.fixture(scope="module")
 def vllm_state():
-    from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
-    from vllm.distributed import (
-        cleanup_dist_env_and_memory,
-        init_distributed_environment,
-        initialize_model_parallel,
-    )
+    from tower_families import vllm_context
 
-    config = VllmConfig(compilation_config=CompilationConfig(custom_ops=["none"]))
-    with set_current_vllm_config(config):
-        init_distributed_environment(
-            world_size=1,
-            rank=0,
-            local_rank=0,
-            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
-            backend="nccl",
-        )
-        initialize_model_parallel(1, 1)
+    with vllm_context("nccl") as config:
         yield config
-        cleanup_dist_env_and_memory()
 
 
 def build_tower(cls=None, seed: int = 0, **config: object) -> torch.nn.Module:
