@@ -45,24 +45,15 @@ TARGETS = {
 
 
 def vision_config():
+    """Qwen3-VL-8B's vision tower, as the GPU tests build it (tests/gpu/vlm_checkpoint.VISION)."""
     from transformers.models.qwen3_vl.configuration_qwen3_vl import (
         Qwen3VLVisionConfig,
     )
 
-    return Qwen3VLVisionConfig(
-        depth=27,
-        hidden_size=1152,
-        num_heads=16,
-        intermediate_size=4304,
-        out_hidden_size=4096,
-        deepstack_visual_indexes=[8, 16, 24],
-        num_position_embeddings=2304,
-        patch_size=16,
-        temporal_patch_size=2,
-        spatial_merge_size=2,
-        in_channels=3,
-        hidden_act="gelu_pytorch_tanh",
-    )
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+    from vlm_checkpoint import VISION
+
+    return Qwen3VLVisionConfig(**VISION)
 
 
 def init_vllm() -> None:

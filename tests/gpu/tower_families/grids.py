@@ -112,6 +112,7 @@ def _build_qwen2_5_vl(host: nn.Module, size: str) -> None:
 
 def _qwen3_vision_config(size: str):
     from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+    from vlm_checkpoint import VISION
 
     return by_size(
         size,
@@ -128,21 +129,8 @@ def _qwen3_vision_config(size: str):
             spatial_merge_size=2,
             in_channels=3,
         ),
-        # Qwen3-VL-8B-Instruct.
-        Qwen3VLVisionConfig(
-            depth=27,
-            hidden_size=1152,
-            num_heads=16,
-            intermediate_size=4304,
-            out_hidden_size=4096,
-            deepstack_visual_indexes=[8, 16, 24],
-            num_position_embeddings=2304,
-            patch_size=16,
-            temporal_patch_size=2,
-            spatial_merge_size=2,
-            in_channels=3,
-            hidden_act="gelu_pytorch_tanh",
-        ),
+        # Qwen3-VL-8B-Instruct: the engine tests' tower.
+        Qwen3VLVisionConfig(**VISION),
     )
 
 
