@@ -6,9 +6,11 @@
 #   bash benchmarks/gpu/run.sh serve     # vllm serve + openai (lru and shm mm cache), tower families 1/2
 #   bash benchmarks/gpu/run.sh pipeline  # the pipeline matrix (issue 11), tower families 2/2
 #   bash benchmarks/gpu/run.sh bench     # the engine benchmark (latency), if time is left
+#   bash benchmarks/gpu/run.sh host      # where a streamed encode's host time goes (issue 11), and
+#                                        # what of Qwen2.5-VL's tower stays on the GPU after load
 #   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
 set -uo pipefail
-stage=${1:?usage: run.sh proof|serve|pipeline|bench|multi}
+stage=${1:?usage: run.sh proof|serve|pipeline|bench|host|multi}
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
 { date -u; cat .gpu/repo/TREE; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.used,memory.total --format=csv
@@ -31,8 +33,12 @@ pipeline)
 bench)
   in_repo "timeout 400 python3 benchmarks/engine_offload.py --repeats 5 --out-dir $OUT/engine" 2>&1 | tee "$OUT/engine-offload.log" | tail -20
   ;;
+host)
+  in_repo "timeout 90 python3 benchmarks/tower_host_time.py --out $OUT/tower_host_time.json" 2>&1 | tee "$OUT/tower-host-time.log" | tail -60
+  in_repo "timeout 120 python3 -c 'import sys; sys.path.insert(0, \"tests/gpu\"); from pathlib import Path; from vlm_checkpoint import make_checkpoint; make_checkpoint(\"qwen2_5_vl\", Path(\"/tmp/ckpt-qwen2_5_vl\"))' && timeout 120 python3 tests/gpu/engine_probe.py /tmp/ckpt-qwen2_5_vl --mode streamed --requests 0 --out $OUT/probe_qwen2_5_vl_streamed.json && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d[\"weights_bytes\"], d[\"gpu_tensor_bytes\"])' $OUT/probe_qwen2_5_vl_streamed.json" 2>&1 | tee "$OUT/probe-qwen2_5_vl.log" | tail -15
+  ;;
 multi)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_engine_multi_gpu.py" 2>&1 | tee "$OUT/gpu-multi-gpu-tests.log" | tail -40
   ;;
-*) echo "run.sh: unknown stage $stage (proof, serve, pipeline, bench, multi)" >&2; exit 2 ;;
+*) echo "run.sh: unknown stage $stage (proof, serve, pipeline, bench, host, multi)" >&2; exit 2 ;;
 esac

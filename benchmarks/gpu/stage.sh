@@ -7,6 +7,15 @@ cd "$(dirname "$0")/../.."
 tree=build/vllm
 [ -d "$tree/vllm" ] || { echo "stage.sh: no $tree: run \`invoke apply\` first" >&2; exit 1; }
 ../shared/gpu/pack.sh "$tree"
+# Wheels ../shared/gpu lacks that the Mistral-format families need (pixtral, mistral3, voxtral),
+# fetched once into the cache outside the clone (the device has no network).
+extra="${VLLM_FORK_CACHE:-$HOME/.cache/vllm-fork}/gpu-wheels"
+if ! ls "$extra"/mistral_common-*.whl >/dev/null 2>&1; then
+  mkdir -p "$extra"
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux2014_x86_64 -d "$extra" -r benchmarks/gpu/extra-wheels.txt
+fi
+cp "$extra"/*.whl .gpu/wheels/
 rm -rf .gpu/repo .gpu/tree
 mkdir -p .gpu/repo/tests .gpu/tree/tests/model_executor .gpu/tree/tests/config
 cp -r tests/gpu .gpu/repo/tests/

@@ -83,6 +83,37 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _gpu_bytes_by_module(model, streamer) -> dict:
+    """Bytes of the model's parameters and buffers in GPU memory, per top-level child.
+
+    Views of a streamer's pinned arena (UVA) are host memory and do not count.
+    The tower's own entries are listed by name, largest first: what of the
+    tower stays on the GPU after load.
+    """
+    arenas = [
+        (t.arena.device_view.data_ptr(), t.arena.device_view.data_ptr() + t.arena.nbytes)
+        for t in (streamer.towers if streamer else [])
+        if t.arena.device_view.is_cuda
+    ]
+    by_child: dict[str, int] = {}
+    tower_entries: list[tuple[int, str]] = []
+    seen: set[int] = set()
+    tensors = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    for name, tensor in tensors:
+        if not tensor.is_cuda or tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        if any(lo <= tensor.data_ptr() < hi for lo, hi in arenas):
+            continue
+        nbytes = tensor.numel() * tensor.element_size()
+        child = name.split(".")[0]
+        by_child[child] = by_child.get(child, 0) + nbytes
+        if child == "visual":
+            tower_entries.append((nbytes, name))
+    tower_entries.sort(reverse=True)
+    return {"by_child": by_child, "tower_largest": [[n, b] for b, n in tower_entries[:12]]}
+
+
 def _worker_figures(worker) -> dict:
     """Read in each worker (one per rank): weights, KV cache, tower and host memory."""
     import torch
@@ -103,6 +134,7 @@ def _worker_figures(worker) -> dict:
         "caching_allocator_pinned_bytes": int(host_stats.get("allocated_bytes.current", 0)),
         "caching_allocator_pinned_reserved_bytes": int(host_stats.get("reserved_bytes.current", 0)),
         "gpu_allocated_bytes": torch.cuda.memory_allocated(),
+        "gpu_tensor_bytes": _gpu_bytes_by_module(model, streamer),
         "rss_bytes": _rss_bytes(),  # the worker's process (another process than the driver's at TP/PP > 1)
     }
 

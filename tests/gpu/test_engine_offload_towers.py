@@ -51,6 +51,14 @@ def test_weights_on_gpu_shrink_by_the_tower(engines):
         f"\n[engine] tower {tower / MiB:.1f} MiB; weights on GPU "
         f"{resident['weights_bytes'] / MiB:.1f} -> {streamed['weights_bytes'] / MiB:.1f} MiB"
     )
+    for mode in (resident, streamed):
+        found = mode["gpu_tensor_bytes"]
+        by_child = {k: round(v / MiB, 1) for k, v in found["by_child"].items()}
+        print(f"[engine] {mode['mode']}: parameters and buffers on the GPU by module (MiB) {by_child}")
+        print(f"[engine] {mode['mode']}: the tower's largest on the GPU {found['tower_largest'][:6]}")
+    # What of the tower stays on the GPU is its buffers only, and small.
+    tower_left = streamed["gpu_tensor_bytes"]["by_child"].get("visual", 0)
+    assert tower_left <= 0.01 * tower
     assert saved >= 0.99 * tower
 
 

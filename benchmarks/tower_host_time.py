@@ -1,0 +1,189 @@
+"""Where a streamed encode's host time goes: resident vs streamed, per unit (issue 11).
+
+The pipeline matrix (tower_pipeline.py) showed small encodes streaming at
+2-3x resident while the device sat idle: the host is the bottleneck there, so
+every microsecond the streamer adds per unit is paid in full. This measures,
+on one tower (2B Qwen3-VL by default) and one small image:
+
+- host issue time (the forward call's return, no sync) and total time (with
+  a device sync), resident and streamed, and the difference per unit;
+- the host cost of each operation the streamer does per unit (re-binding a
+  unit's parameters, an event, a stream switch, a non-blocking copy's issue),
+  timed in isolation;
+- a cProfile of streamed encodes: the functions with the most own time.
+
+    python3 benchmarks/tower_host_time.py --out benchmarks/results/tower_host_time.json
+
+`--smoke` runs every path on the CPU with a tiny tower (no copies to issue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import encode_bench as eb  # noqa: E402
+import tower_pipeline as tp  # noqa: E402
+
+
+def host_and_total_ms(run: Callable[[], Any], device: torch.device, iters: int) -> dict[str, float]:
+    """Median host issue time and total time of `iters` runs, after two warm-ups."""
+    for _ in range(2):
+        run()
+    eb.synchronize(device)
+    host, total = [], []
+    for _ in range(iters):
+        eb.synchronize(device)
+        start = time.perf_counter()
+        run()
+        issued = time.perf_counter()
+        eb.synchronize(device)
+        done = time.perf_counter()
+        host.append((issued - start) * 1e3)
+        total.append((done - start) * 1e3)
+    host.sort()
+    total.sort()
+    return {"host_ms": host[len(host) // 2], "total_ms": total[len(total) // 2]}
+
+
+def per_call_us(fn: Callable[[], Any], iters: int = 2000) -> float:
+    """Median-free mean host time of one call of `fn`, in microseconds."""
+    for _ in range(20):
+        fn()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - start) / iters * 1e6
+
+
+def operation_costs(streamed: Any, device: torch.device) -> dict[str, Any]:
+    """Host microseconds of each per-unit operation of the streamer, in isolation."""
+    unit = max((u for u in streamed.units if u.spec.recurse), key=lambda u: u.nbytes)
+    slot = torch.empty(unit.nbytes, dtype=torch.uint8, device=device)
+    costs: dict[str, Any] = {"unit": unit.spec.name, "unit_params": len(unit.places), "unit_mib": unit.nbytes / tp.MiB}
+
+    def rebind_twice() -> None:
+        unit.bind(slot)
+        unit.bind(unit.resting)
+
+    costs["bind_to_slot_and_back_us"] = per_call_us(rebind_twice, 500)
+    # Did `set_` work, or did every parameter fall back to `.data = view`?
+    param = unit.places[0].param
+    try:
+        with torch.inference_mode(False), torch.no_grad():
+            param.set_(slot.untyped_storage(), 0, unit.places[0].shape, unit.places[0].stride)
+        costs["set_"] = "ok"
+    except RuntimeError as e:
+        costs["set_"] = f"RuntimeError: {str(e).splitlines()[0]}"
+    unit.bind(unit.resting)
+    if device.type == "cuda":
+        side = torch.cuda.Stream(device)
+        costs["event_record_us"] = per_call_us(lambda: torch.cuda.Event().record())
+        costs["wait_event_us"] = per_call_us(lambda: side.wait_event(torch.cuda.Event()))
+
+        def switch() -> None:
+            with torch.cuda.stream(side):
+                pass
+
+        costs["stream_switch_us"] = per_call_us(switch)
+        costs["current_stream_us"] = per_call_us(lambda: torch.cuda.current_stream(device))
+
+        def issue_copy() -> None:
+            with torch.cuda.stream(side):
+                slot.copy_(unit.host, non_blocking=True)
+
+        # Issue alone: a truly asynchronous copy returns in microseconds; a
+        # copy the driver stages (pageable memory) blocks for its duration.
+        eb.synchronize(device)
+        start = time.perf_counter()
+        issue_copy()
+        issued = time.perf_counter()
+        eb.synchronize(device)
+        done = time.perf_counter()
+        costs["copy_issue_us"] = (issued - start) * 1e6
+        costs["copy_total_us"] = (done - start) * 1e6
+        costs["host_is_pinned"] = bool(unit.host.is_pinned())
+    return costs
+
+
+def profile_top(run: Callable[[], Any], device: torch.device, encodes: int, top: int) -> str:
+    """cProfile's top functions by own time over `encodes` runs."""
+    run()
+    eb.synchronize(device)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(encodes):
+        run()
+    eb.synchronize(device)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--tower", default="2B", choices=sorted(tp.TOWERS))
+    parser.add_argument("--case", default="image-64")
+    parser.add_argument("--lookahead", type=int, default=1)
+    parser.add_argument("--iters", type=int, default=20)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        sys.path.insert(0, str(tp.REPO / "tests" / "patches"))
+        from vllm_cpu import ensure_tree, import_on_cpu
+
+        import_on_cpu(ensure_tree())
+        torch.set_num_threads(1)
+        setup = tp.Setup(torch.device("cpu"), torch.float32, True, eb.Repeats(1, 0.0, 1, 1), copy_iters=2)
+    else:
+        if not torch.cuda.is_available():
+            sys.exit("tower_host_time.py needs a CUDA GPU (--smoke runs the code paths on the CPU)")
+        setup = tp.Setup(torch.device("cuda"), torch.bfloat16, False, eb.Repeats(2, 0.0, 1, 1), copy_iters=2)
+    case = next(c for c in tp.CASES if c.name == args.case)
+    with tp.tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
+        resident = tp.build_tower(setup, args.tower)
+        vision = setup.vision(args.tower)
+        inputs = tp.Inputs(setup, vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2)
+        report: dict[str, Any] = {
+            "command": " ".join(["python3", *sys.argv]),
+            "machine": eb.machine(setup.device),
+            "tower": args.tower,
+            "case": case.description,
+            "lookahead": args.lookahead,
+        }
+        report["resident"] = host_and_total_ms(tp.encoder(resident, case, setup, inputs), setup.device, args.iters)
+        reference = tp.encoder(resident, case, setup, inputs)()
+        del resident
+        eb.release_memory(setup.device)
+        module = tp.build_tower(setup, args.tower)
+        offloader = tp.stream(module, args.lookahead)
+        streamed = offloader.tower_streamer.towers[0]
+        run = tp.encoder(module, case, setup, inputs)
+        report["streamed"] = host_and_total_ms(run, setup.device, args.iters)
+        report["bit_identical"] = tp.identical(run(), reference)
+        units = len(streamed.units)
+        report["units"] = units
+        report["extra_host_us_per_unit"] = (report["streamed"]["host_ms"] - report["resident"]["host_ms"]) * 1e3 / units
+        report["operations"] = operation_costs(streamed, setup.device)
+        report["profile"] = profile_top(run, setup.device, 5, 30)
+    eb.write_atomic(args.out, json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k not in ("profile", "machine")}, indent=1))
+    print(report["profile"])
+
+
+if __name__ == "__main__":
+    main()
