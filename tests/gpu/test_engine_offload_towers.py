@@ -46,20 +46,24 @@ def test_weights_on_gpu_shrink_by_the_tower(engines):
     resident, streamed = engines["resident"], engines["streamed"]
     tower = resident["tower_param_bytes"]
     assert tower > 1000 * MiB  # a full-size tower
-    saved = resident["weights_bytes"] - streamed["weights_bytes"]
+    on_gpu = {m["mode"]: sum(m["gpu_tensor_bytes"]["by_child"].values()) for m in (resident, streamed)}
+    loader_saved = resident["weights_bytes"] - streamed["weights_bytes"]
     print(
-        f"\n[engine] tower {tower / MiB:.1f} MiB; weights on GPU "
+        f"\n[engine] tower {tower / MiB:.1f} MiB; parameters and buffers on the GPU "
+        f"{on_gpu['resident'] / MiB:.1f} -> {on_gpu['streamed'] / MiB:.1f} MiB; vLLM's 'Model loading took' "
         f"{resident['weights_bytes'] / MiB:.1f} -> {streamed['weights_bytes'] / MiB:.1f} MiB"
     )
     for mode in (resident, streamed):
         found = mode["gpu_tensor_bytes"]
         by_child = {k: round(v / MiB, 1) for k, v in found["by_child"].items()}
-        print(f"[engine] {mode['mode']}: parameters and buffers on the GPU by module (MiB) {by_child}")
-        print(f"[engine] {mode['mode']}: the tower's largest on the GPU {found['tower_largest'][:6]}")
-    # What of the tower stays on the GPU is its buffers only, and small.
-    tower_left = streamed["gpu_tensor_bytes"]["by_child"].get("visual", 0)
-    assert tower_left <= 0.01 * tower
-    assert saved >= 0.99 * tower
+        print(f"[engine] {mode['mode']}: by module (MiB) {by_child}; the tower's largest {found['tower_largest'][:4]}")
+    # Of the tower only its buffers stay on the GPU (rotary caches), and they are small.
+    assert streamed["gpu_tensor_bytes"]["by_child"].get("visual", 0) <= 0.01 * tower
+    assert on_gpu["resident"] - on_gpu["streamed"] >= 0.99 * tower
+    # vLLM's own figure also counts allocations that are no module's tensors, made
+    # during the load: Qwen2.5-VL's streamed load left 15.7 MiB more of them than
+    # its resident load (2026-12-01, gpu-2026-12-01b/), 0.988x the tower saved.
+    assert loader_saved >= 0.98 * tower
 
 
 def test_kv_cache_grows_by_nearly_the_tower(engines):
