@@ -108,3 +108,26 @@ def test_cases_past_the_time_budget_are_recorded_as_skipped(vllm_tree: Path, tmp
     assert len(report["rows"]) == len(report["cases"]) and {r["status"] for r in report["rows"]} == {"skipped"}
     assert report["complete"] is True and report["targets"]["measured"] == 0
     assert f"{len(report['cases'])} rows skipped" in markdown
+
+
+def test_host_time_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: Path) -> None:
+    """benchmarks/tower_host_time.py --smoke: both encodes, the per-unit operations, the profile."""
+    out = tmp_path / "tower_host_time.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "tower_host_time.py"), "--smoke", "--iters", "3", "--out", str(out)],
+        cwd=REPO,
+        env={**os.environ, "VLLM_FORK_TREE": str(vllm_tree)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["bit_identical"] is True
+    assert report["units"] > 1
+    for mode in ("resident", "streamed"):
+        assert 0 < report[mode]["host_ms"] <= report[mode]["total_ms"]
+    # The patch re-points parameters with `set_`; a fallback to views would show here.
+    assert report["operations"]["set_"] == "ok"
+    assert report["operations"]["bind_to_slot_and_back_us"] > 0
+    assert "tower_streaming.py" in report["profile"]
