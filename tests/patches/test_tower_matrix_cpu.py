@@ -51,50 +51,10 @@ def _param(family: tf.TowerFamily):
     return pytest.param(family, id=family.name, marks=marks)
 
 
-def _define_missing_activation_ops() -> torch.library.Library:
-    """Let towers with vLLM's activation CustomOps be built without `vllm._C`.
-
-    `SiluAndMul`, `QuickGELU`, ... look up `torch.ops._C.<op>` in `__init__`
-    on the CPU platform, and vLLM's compiled ops are not built here. Define
-    the missing ones with the classes' own `forward_native` math; with
-    `custom_ops=["none"]` the towers run `forward_native` and never call them.
-    """
-    import torch.nn.functional as F
-
-    def halves(x):
-        return x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
-
-    math = {
-        "silu_and_mul": lambda x: F.silu(halves(x)[0]) * halves(x)[1],
-        "mul_and_silu": lambda x: halves(x)[0] * F.silu(halves(x)[1]),
-        "gelu_and_mul": lambda x: F.gelu(halves(x)[0]) * halves(x)[1],
-        "gelu_tanh_and_mul": lambda x: F.gelu(halves(x)[0], approximate="tanh") * halves(x)[1],
-        "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-        "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
-        "gelu_quick": lambda x: x * torch.sigmoid(1.702 * x),
-    }
-    library = torch.library.Library("_C", "FRAGMENT")
-    for name, fn in math.items():
-        if hasattr(torch.ops._C, name):
-            continue
-        library.define(f"{name}(Tensor(a!) out, Tensor input) -> ()")
-
-        def impl(out, x, fn=fn):
-            out.copy_(fn(x))
-
-        library.impl(name, impl, "CPU")
-    return library
-
-
 @pytest.fixture(scope="module")
 def vllm_state():
-    library = _define_missing_activation_ops()
-    with pytest.MonkeyPatch.context() as patch, tf.vllm_context("gloo") as config:
-        # A CPU-only torch raises instead of answering (MiniCPM-V's resampler
-        # asks before it grows its position cache); nothing is captured here.
-        patch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    with tf.cpu_shims(), tf.vllm_context("gloo") as config:
         yield config
-    del library
 
 
 @pytest.mark.parametrize("family", [_param(f) for f in tf.FAMILIES])
@@ -104,7 +64,7 @@ def test_tiny_tower_streams_bit_identically(vllm_state, family: tf.TowerFamily):
     cpu = torch.device("cpu")
     host = tf.build_family(family, tf.TINY, cpu, torch.float32)
     towers = tf.towers_of(family, host)
-    inputs = tf.make_inputs(family, host, tf.TINY, cpu)
+    inputs = tf.make_inputs(family, host, tf.TINY, cpu, torch.float32)
     reference = tf.encode(family, host, inputs)
     assert reference and all(torch.isfinite(t).all() for t in reference)
     # Resident encodes repeat exactly (eval mode, no dropout): a streamed

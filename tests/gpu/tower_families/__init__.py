@@ -46,6 +46,7 @@ from tower_families.core import (
     use_plain_cpu_linear,
     vllm_context,
 )
+from tower_families.cpu import cpu_shims
 from tower_families.measure import markdown_table, measure_family, param_bytes_on_device, release
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "build_family",
     "build_on_meta",
     "check_bit_identical",
+    "cpu_shims",
     "device_properties",
     "encode",
     "family",
