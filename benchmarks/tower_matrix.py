@@ -291,6 +291,7 @@ def run_child(args: argparse.Namespace) -> None:
         for family in families:
             _send(rows, {"started": family.name})
             if os.environ.get(CRASH_ENV) == family.name:
+                print(f"[tower-matrix] {CRASH_ENV}={family.name}: killing this process", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
             row = run_family(family, args, device, dtype)
             _send(rows, {"row": row})

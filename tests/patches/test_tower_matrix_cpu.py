@@ -13,11 +13,16 @@ naming the reason; `REFUSED` records which and why. A family whose streamed
 output is known to differ (`TowerFamily.differs`, a patch issue) is a strict
 xfail: it fails once the patch makes it bit-identical. The full-size run of
 the same registry on the GPU is tests/gpu/test_tower_matrix.py; its configs
-are checked here by building every full-size tower on the meta device.
+are checked here by building every full-size tower on the meta device, and
+the benchmark's recovery from a family that kills its process by a child
+process that kills itself on purpose.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -108,3 +113,30 @@ def test_full_size_towers_build(vllm_state, family: tf.TowerFamily):
     # Built under the loader's default device and dtype, as vLLM builds them.
     assert params and all(p.device.type == "meta" for p in params)
     assert sum(p.numel() for p in params) > 10_000_000  # a released tower, not a tiny one
+
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "tower_matrix.py"
+
+
+@pytest.mark.slow
+def test_matrix_records_a_family_that_kills_its_process_and_runs_the_rest(vllm_tree: Path, tmp_path: Path):
+    """benchmarks/tower_matrix.py: a family whose process dies (on the GPU, a device-side assert)
+    is an error row with the child's last lines; a new child runs the families after it."""
+    env = {**os.environ, "VLLM_FORK_TREE": str(vllm_tree), "TOWER_MATRIX_CRASH_IN": "qwen2_vl"}
+    command = [sys.executable, str(BENCHMARK), "--size", tf.TINY, "--device", "cpu"]
+    command += ["--families", "llava,qwen2_vl,idefics3", "--repeats", "1", "--out-dir", str(tmp_path)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+
+    rows = json.loads((tmp_path / "tower_matrix.json").read_text())["rows"]
+    assert [(row["family"], row["status"]) for row in rows] == [
+        ("llava", "streams"),
+        ("qwen2_vl", "error"),
+        ("idefics3", "streams"),
+    ]
+    killed = rows[1]
+    assert killed["error"].startswith("the process was killed by SIGKILL while running this family")
+    assert "[tower-matrix] TOWER_MATRIX_CRASH_IN=qwen2_vl: killing this process" in killed["log_tail"]
+    table = (tmp_path / "tower_matrix.md").read_text()
+    assert "| qwen2_vl | visual | 0.0 | error: the process was killed by SIGKILL" in table
+    assert "2 of 3 families stream bit-identically" in table

@@ -19,7 +19,8 @@ The callers need a vLLM config context (`vllm_context`), a device and a dtype;
 `build_family` returns the host with seeded random weights.
 
 Modules: `core` (the entry, building, encoding, comparing, shared configs and
-inputs), `measure` (one matrix row, the table), and the families by the inputs
+inputs), `measure` (one matrix row, the table), `cpu` (stand-ins for vLLM's
+compiled ops the towers look up on a CPU), and the families by the inputs
 their towers take: `grids` (patches + grid), `omni` (audio + vision),
 `tiles` (fixed-size tiles), `pooling` (resamplers, pooling, visual tokens),
 `native` (whole images), `audio`.
