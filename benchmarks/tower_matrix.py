@@ -106,6 +106,8 @@ def main() -> None:
     if args.rows_fd is not None:
         run_child(args)
         return
+    # SIGTERM (`timeout`) as an exception: the child is killed on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         families = tf.select(args.families, args.shard)
     except KeyError as e:
@@ -195,15 +197,19 @@ def run_child_process(
     relay = threading.Thread(target=_relay_log, args=(child.stdout, log_tail), daemon=True)
     relay.start()
     reported, started, started_at = 0, None, time.perf_counter()
-    with os.fdopen(read_fd, "r") as messages:
-        for line in messages:
-            message = json.loads(line)
-            if "started" in message:
-                started, started_at = message["started"], time.perf_counter()
-                continue
-            record(args, rows, message["row"])
-            reported += 1
-            started = None
+    try:
+        with os.fdopen(read_fd, "r") as messages:
+            for line in messages:
+                message = json.loads(line)
+                if "started" in message:
+                    started, started_at = message["started"], time.perf_counter()
+                    continue
+                record(args, rows, message["row"])
+                reported += 1
+                started = None
+    finally:
+        if child.poll() is None and sys.exc_info()[0] is not None:
+            child.kill()  # the parent stops (a `timeout`'s SIGTERM): its child with it, off the GPU
     code = child.wait()
     relay.join()
     if code == 0 and reported == 0:

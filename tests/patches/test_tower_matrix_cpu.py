@@ -75,6 +75,11 @@ def test_tiny_tower_streams_bit_identically(vllm_state, family: tf.TowerFamily):
     # Resident encodes repeat exactly (eval mode, no dropout): a streamed
     # difference is the streamer's.
     assert tf.bit_identical(tf.encode(family, host, inputs), reference)
+    # The matrix builds the streamed host again from the same seed: a second build
+    # must encode the same, or a streamed difference would be the harness's.
+    rebuilt = tf.build_family(family, tf.TINY, cpu, torch.float32)
+    assert tf.bit_identical(tf.encode(family, rebuilt, inputs), reference)
+    del rebuilt
     devices = tf.device_properties(host, towers)
 
     offloader = PrefetchOffloader(group_size=0, num_in_group=1, prefetch_step=1, offload_towers=True)

@@ -190,6 +190,13 @@ def _build_molmo2(host: nn.Module, size: str) -> None:
     host.vision_backbone = Molmo2VisionBackbone(vit, adapter, None, prefix="vision_backbone")
     host.img_patch_id = MOLMO2_PATCH_TOKEN
     embedding = TokenEmbedding(8, adapter.text_hidden_size)
+    # Not a tower, so `build_family` does not draw it; its rows are in the encode's
+    # output (the prompt tokens around the pooled patches). A fixed draw: the
+    # resident and the streamed builds must differ in streaming only.
+    weight = embedding.embed_tokens.weight
+    if not weight.is_meta:
+        with torch.no_grad():
+            weight.normal_(generator=torch.Generator(device=weight.device).manual_seed(0))
     host.get_language_model = lambda: embedding
 
 
