@@ -1,8 +1,8 @@
 """The tower matrix on a GPU: every multimodal tower family, resident vs streamed.
 
-For each family in tests/gpu/tower_families.py (vLLM 0.33.0's model classes,
+For each family in tests/gpu/tower_families/ (vLLM 0.33.0's model classes,
 built from their released models' tower dimensions with random bf16 weights),
-in one process, one family after the other (each freed before the next):
+one family after the other (each freed before the next):
 
 - resident: the towers on the GPU, encoded through the model's own
   `_process_image_input` (or audio equivalent) on real-shaped inputs;
@@ -21,6 +21,8 @@ family, so a run cut short keeps its rows). `--size tiny` runs the CPU-sized
 towers (seconds), `--families a,b` a subset, `--shard K/N` the K-th of N
 slices (to tower_matrix.K-of-N.json/.md): run the full-size matrix in slices
 small enough that each call ends under the device's 10-minute command limit.
+`--device cpu --dtype bfloat16` runs on the CPU (the patched tree as the CPU
+tests import it: `$VLLM_FORK_TREE`, else build/vllm).
 
 On the H200 (../shared/gpu/README.md), from a checkout with the patched tree:
 
@@ -30,18 +32,26 @@ On the H200 (../shared/gpu/README.md), from a checkout with the patched tree:
     bash .gpu/run.sh bash -c 'timeout 540 python3 benchmarks/tower_matrix.py --shard K/3 \
         --out-dir $OUT/tower_matrix 2>&1 | tee $OUT/tower_matrix.K.log | tail -40'
 
-A family that fails to build or encode there becomes an "error" row (with
-its traceback in the JSON); the run goes on with the next family.
+A family that fails to build or encode becomes an "error" row (with its
+traceback in the JSON); the run goes on with the next family. The families
+run in a child process: one that kills it (a CUDA device-side assert poisons
+the context for good, a segfault) becomes an "error" row with the child's
+last log lines, and a new child runs the families left. A child also ends,
+after writing its row, when a family leaves CUDA unusable.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
 import shlex
+import signal
+import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -51,8 +61,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 import tower_families as tf  # noqa: E402
 
+# Test hook, read by the child only: the family named here kills its process
+# (SIGKILL) when it starts, as a device-side assert or a segfault would.
+CRASH_ENV = "TOWER_MATRIX_CRASH_IN"
+LOG_TAIL_LINES = 40
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
-def parse_args() -> argparse.Namespace:
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", type=Path, required=True)
     parser.add_argument("--size", choices=[tf.TINY, tf.FULL], default=tf.FULL)
@@ -69,78 +85,184 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    return parser.parse_args()
-
-
-def run_family(family: tf.TowerFamily, args: argparse.Namespace, dtype) -> dict:
-    missing = family.missing()
-    if missing:
-        return {"family": family.name, "towers": list(family.towers), "status": "skipped", "reason": missing}
-    start = time.perf_counter()
-    try:
-        row = tf.measure_family(family, args.size, torch.device(args.device), dtype, repeats=args.repeats)
-    except Exception as e:  # noqa: BLE001 - one family's failure is a row
-        row = {
-            "family": family.name,
-            "towers": list(family.towers),
-            "status": "error",
-            "error": f"{type(e).__name__}: {e}",
-            "traceback": traceback.format_exc(),
-        }
-        tf.release(torch.device(args.device))
-    row["wall_s"] = round(time.perf_counter() - start, 2)
-    return row
+    parser.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default=None,
+        help="the towers' and inputs' dtype (default: bfloat16 on CUDA, float32 on the CPU)",
+    )
+    # Set by the parent for its child: the pipe the child writes its rows to.
+    parser.add_argument("--rows-fd", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.dtype is None:
+        args.dtype = "bfloat16" if torch.device(args.device).type == "cuda" else "float32"
+    return args
 
 
 def main() -> None:
     args = parse_args()
-    device = torch.device(args.device)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if torch.device(args.device).type == "cpu":
+        import_vllm_on_cpu()
+    if args.rows_fd is not None:
+        run_child(args)
+        return
+    # SIGTERM (`timeout`) as an exception: the child is killed on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         families = tf.select(args.families, args.shard)
+    except KeyError as e:
+        raise SystemExit(
+            f"tower_matrix.py: --families: no family {e}; the families: {', '.join(f.name for f in tf.FAMILIES)}"
+        ) from None
     except ValueError as e:
         raise SystemExit(f"tower_matrix.py: --shard: {e}") from None
+    rows = run_parent(args, families)
+    streams = write_results(args, rows)
+    print(f"[tower-matrix] {streams}/{len(rows)} stream bit-identically; results in {args.out_dir}", flush=True)
+
+
+def import_vllm_on_cpu() -> None:
+    """Import the patched tree as the CPU tests do (tests/patches/vllm_cpu.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "patches"))
+    import vllm_cpu
+
+    vllm_cpu.import_on_cpu(vllm_cpu.ensure_tree())
+
+
+# -- the parent: children for the families, rows to JSON and Markdown ----------
+
+
+def run_parent(args: argparse.Namespace, families: list[tf.TowerFamily]) -> list[dict]:
+    """Run `families` in child processes, a new child after one dies; the rows, in order."""
     rows: list[dict] = []
-    with tf.vllm_context("nccl" if device.type == "cuda" else "gloo"):
-        for family in families:
-            row = run_family(family, args, dtype)
-            rows.append(row)
-            # After every family: a run cut short by the time limit keeps its rows.
-            write_results(args, device, dtype, rows)
-            print(
-                f"[tower-matrix] {family.name}: {row['status']} "
-                f"({row.get('wall_s')} s) "
-                + str(
-                    {
-                        k: row[k]
-                        for k in (
-                            "bit_identical",
-                            "max_abs_diff",
-                            "streamed_param_bytes_on_device",
-                            "resident_encode_s",
-                            "streamed_encode_s",
-                            "refusal",
-                            "error",
-                        )
-                        if k in row
-                    }
-                ),
-                flush=True,
+    left = list(families)
+    while left:
+        reported, death = run_child_process(args, left, rows)
+        left = left[reported:]
+        if death is None:
+            continue  # the child ended after its rows (done, or CUDA unusable): the rest in a new one
+        started, exit_desc, log_tail, wall_s = death
+        if started is None:
+            # Died before its first family: vLLM or CUDA did not start; another child would too.
+            raise SystemExit(
+                f"tower_matrix.py: the child process {exit_desc} before its first family "
+                f"({left[0].name}); its last lines:\n" + "\n".join(log_tail)
             )
-    streams = write_results(args, device, dtype, rows)
-    print(f"[tower-matrix] {streams}/{len(rows)} stream bit-identically; results in {args.out_dir}")
+        family = left.pop(0)
+        row = {
+            "family": family.name,
+            "towers": list(family.towers),
+            "status": "error",
+            "error": f"the process {exit_desc} while running this family (the rest ran in a new process)",
+            "log_tail": log_tail,
+            "wall_s": wall_s,
+        }
+        record(args, rows, row)
+    return rows
 
 
-def write_results(args: argparse.Namespace, device: torch.device, dtype: torch.dtype, rows: list[dict]) -> int:
+def run_child_process(
+    args: argparse.Namespace, families: list[tf.TowerFamily], rows: list[dict]
+) -> tuple[int, tuple[str | None, str, list[str], float] | None]:
+    """One child for `families`, its rows recorded as they come.
+
+    Returns how many families it reported, and, if it died in the middle of
+    one, (the family it had started or None, how it ended, its last log
+    lines, seconds since that family started).
+    """
+    read_fd, write_fd = os.pipe()
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--out-dir",
+        str(args.out_dir),
+        "--size",
+        args.size,
+        "--families",
+        ",".join(f.name for f in families),
+        "--repeats",
+        str(args.repeats),
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--rows-fd",
+        str(write_fd),
+    ]
+    child = subprocess.Popen(
+        command, pass_fds=(write_fd,), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    )
+    os.close(write_fd)  # the child holds the only writer: EOF when it ends
+    log_tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+    relay = threading.Thread(target=_relay_log, args=(child.stdout, log_tail), daemon=True)
+    relay.start()
+    reported, started, started_at = 0, None, time.perf_counter()
+    try:
+        with os.fdopen(read_fd, "r") as messages:
+            for line in messages:
+                message = json.loads(line)
+                if "started" in message:
+                    started, started_at = message["started"], time.perf_counter()
+                    continue
+                record(args, rows, message["row"])
+                reported += 1
+                started = None
+    finally:
+        if child.poll() is None and sys.exc_info()[0] is not None:
+            child.kill()  # the parent stops (a `timeout`'s SIGTERM): its child with it, off the GPU
+    code = child.wait()
+    relay.join()
+    if code == 0 and reported == 0:
+        raise SystemExit(f"tower_matrix.py: the child process ran none of {len(families)} families")
+    if code == 0 or (started is None and reported > 0):
+        return reported, None  # done, or ended between families: the rest (if any) in a new child
+    return reported, (started, _describe_exit(code), list(log_tail), round(time.perf_counter() - started_at, 2))
+
+
+def _relay_log(stream, tail: collections.deque[str]) -> None:
+    """Copy the child's output to ours, keeping its last lines for an error row."""
+    for line in stream:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        tail.append(line.rstrip("\n"))
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def record(args: argparse.Namespace, rows: list[dict], row: dict) -> None:
+    """Add a row, rewrite the results (a run cut short keeps its rows), print a summary line."""
+    rows.append(row)
+    write_results(args, rows)
+    keys = (
+        "bit_identical",
+        "max_abs_diff",
+        "streamed_param_bytes_on_device",
+        "resident_encode_s",
+        "streamed_encode_s",
+        "refusal",
+        "error",
+    )
+    summary = {k: row[k] for k in keys if k in row}
+    print(f"[tower-matrix] {row['family']}: {row['status']} ({row.get('wall_s')} s) {summary}", flush=True)
+
+
+def write_results(args: argparse.Namespace, rows: list[dict]) -> int:
     """Write the rows so far as JSON and Markdown; return how many stream bit-identically."""
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    device = torch.device(args.device)
     command = shlex.join(["python3", *sys.argv])
     stem = "tower_matrix" if args.shard == "1/1" else f"tower_matrix.{args.shard.replace('/', '-of-')}"
     report = {
         "command": command,
         "size": args.size,
-        "dtype": str(dtype),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "dtype": str(DTYPES[args.dtype]),
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else (platform.processor() or platform.machine()),
         "torch": torch.__version__,
         "standins": os.environ.get("VLLM_GPU_STANDINS") == "1",
         "rows": rows,
@@ -163,6 +285,78 @@ def _write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+# -- the child: the families, one row each, to the parent's pipe ----------------
+
+
+def run_child(args: argparse.Namespace) -> None:
+    device, dtype = torch.device(args.device), DTYPES[args.dtype]
+    families = tf.select(args.families)
+    with os.fdopen(args.rows_fd, "w") as rows, _shims(device), tf.vllm_context(_backend(device)):
+        for family in families:
+            _send(rows, {"started": family.name})
+            if os.environ.get(CRASH_ENV) == family.name:
+                print(f"[tower-matrix] {CRASH_ENV}={family.name}: killing this process", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            row = run_family(family, args, device, dtype)
+            _send(rows, {"row": row})
+            if not _device_usable(device):
+                # A poisoned CUDA context fails every later call: end here, untidily
+                # (vLLM's cleanup would raise again); the parent starts a new child.
+                print(f"[tower-matrix] CUDA is unusable after {family.name}; a new process runs the rest", flush=True)
+                sys.stdout.flush()
+                os._exit(0)
+
+
+def run_family(family: tf.TowerFamily, args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict:
+    missing = family.missing()
+    if missing:
+        return {"family": family.name, "towers": list(family.towers), "status": "skipped", "reason": missing}
+    start = time.perf_counter()
+    try:
+        row = tf.measure_family(family, args.size, device, dtype, repeats=args.repeats)
+    except Exception as e:  # noqa: BLE001 - one family's failure is a row
+        row = {
+            "family": family.name,
+            "towers": list(family.towers),
+            "status": "error",
+            "error": f"{type(e).__name__}: {e}",
+            "traceback": traceback.format_exc(),
+        }
+        print(row["traceback"], file=sys.stderr, flush=True)
+        try:
+            tf.release(device)
+        except Exception:  # noqa: BLE001 - a poisoned context: `_device_usable` says so next
+            pass
+    row["wall_s"] = round(time.perf_counter() - start, 2)
+    return row
+
+
+def _send(stream, message: dict) -> None:
+    stream.write(json.dumps(message) + "\n")
+    stream.flush()
+
+
+def _device_usable(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize(device)
+        torch.empty(1, device=device).add_(1).item()
+    except Exception:  # noqa: BLE001 - any CUDA error here means the context is gone
+        return False
+    return True
+
+
+def _backend(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def _shims(device: torch.device):
+    import contextlib
+
+    return tf.cpu_shims() if device.type == "cpu" else contextlib.nullcontext()
 
 
 if __name__ == "__main__":

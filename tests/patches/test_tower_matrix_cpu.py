@@ -13,11 +13,16 @@ naming the reason; `REFUSED` records which and why. A family whose streamed
 output is known to differ (`TowerFamily.differs`, a patch issue) is a strict
 xfail: it fails once the patch makes it bit-identical. The full-size run of
 the same registry on the GPU is tests/gpu/test_tower_matrix.py; its configs
-are checked here by building every full-size tower on the meta device.
+are checked here by building every full-size tower on the meta device, and
+the benchmark's recovery from a family that kills its process by a child
+process that kills itself on purpose.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,50 +56,10 @@ def _param(family: tf.TowerFamily):
     return pytest.param(family, id=family.name, marks=marks)
 
 
-def _define_missing_activation_ops() -> torch.library.Library:
-    """Let towers with vLLM's activation CustomOps be built without `vllm._C`.
-
-    `SiluAndMul`, `QuickGELU`, ... look up `torch.ops._C.<op>` in `__init__`
-    on the CPU platform, and vLLM's compiled ops are not built here. Define
-    the missing ones with the classes' own `forward_native` math; with
-    `custom_ops=["none"]` the towers run `forward_native` and never call them.
-    """
-    import torch.nn.functional as F
-
-    def halves(x):
-        return x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
-
-    math = {
-        "silu_and_mul": lambda x: F.silu(halves(x)[0]) * halves(x)[1],
-        "mul_and_silu": lambda x: halves(x)[0] * F.silu(halves(x)[1]),
-        "gelu_and_mul": lambda x: F.gelu(halves(x)[0]) * halves(x)[1],
-        "gelu_tanh_and_mul": lambda x: F.gelu(halves(x)[0], approximate="tanh") * halves(x)[1],
-        "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-        "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
-        "gelu_quick": lambda x: x * torch.sigmoid(1.702 * x),
-    }
-    library = torch.library.Library("_C", "FRAGMENT")
-    for name, fn in math.items():
-        if hasattr(torch.ops._C, name):
-            continue
-        library.define(f"{name}(Tensor(a!) out, Tensor input) -> ()")
-
-        def impl(out, x, fn=fn):
-            out.copy_(fn(x))
-
-        library.impl(name, impl, "CPU")
-    return library
-
-
 @pytest.fixture(scope="module")
 def vllm_state():
-    library = _define_missing_activation_ops()
-    with pytest.MonkeyPatch.context() as patch, tf.vllm_context("gloo") as config:
-        # A CPU-only torch raises instead of answering (MiniCPM-V's resampler
-        # asks before it grows its position cache); nothing is captured here.
-        patch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    with tf.cpu_shims(), tf.vllm_context("gloo") as config:
         yield config
-    del library
 
 
 @pytest.mark.parametrize("family", [_param(f) for f in tf.FAMILIES])
@@ -104,12 +69,17 @@ def test_tiny_tower_streams_bit_identically(vllm_state, family: tf.TowerFamily):
     cpu = torch.device("cpu")
     host = tf.build_family(family, tf.TINY, cpu, torch.float32)
     towers = tf.towers_of(family, host)
-    inputs = tf.make_inputs(family, host, tf.TINY, cpu)
+    inputs = tf.make_inputs(family, host, tf.TINY, cpu, torch.float32)
     reference = tf.encode(family, host, inputs)
     assert reference and all(torch.isfinite(t).all() for t in reference)
     # Resident encodes repeat exactly (eval mode, no dropout): a streamed
     # difference is the streamer's.
     assert tf.bit_identical(tf.encode(family, host, inputs), reference)
+    # The matrix builds the streamed host again from the same seed: a second build
+    # must encode the same, or a streamed difference would be the harness's.
+    rebuilt = tf.build_family(family, tf.TINY, cpu, torch.float32)
+    assert tf.bit_identical(tf.encode(family, rebuilt, inputs), reference)
+    del rebuilt
     devices = tf.device_properties(host, towers)
 
     offloader = PrefetchOffloader(group_size=0, num_in_group=1, prefetch_step=1, offload_towers=True)
@@ -148,3 +118,30 @@ def test_full_size_towers_build(vllm_state, family: tf.TowerFamily):
     # Built under the loader's default device and dtype, as vLLM builds them.
     assert params and all(p.device.type == "meta" for p in params)
     assert sum(p.numel() for p in params) > 10_000_000  # a released tower, not a tiny one
+
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "tower_matrix.py"
+
+
+@pytest.mark.slow
+def test_matrix_records_a_family_that_kills_its_process_and_runs_the_rest(vllm_tree: Path, tmp_path: Path):
+    """benchmarks/tower_matrix.py: a family whose process dies (on the GPU, a device-side assert)
+    is an error row with the child's last lines; a new child runs the families after it."""
+    env = {**os.environ, "VLLM_FORK_TREE": str(vllm_tree), "TOWER_MATRIX_CRASH_IN": "qwen2_vl"}
+    command = [sys.executable, str(BENCHMARK), "--size", tf.TINY, "--device", "cpu"]
+    command += ["--families", "llava,qwen2_vl,idefics3", "--repeats", "1", "--out-dir", str(tmp_path)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+
+    rows = json.loads((tmp_path / "tower_matrix.json").read_text())["rows"]
+    assert [(row["family"], row["status"]) for row in rows] == [
+        ("llava", "streams"),
+        ("qwen2_vl", "error"),
+        ("idefics3", "streams"),
+    ]
+    killed = rows[1]
+    assert killed["error"].startswith("the process was killed by SIGKILL while running this family")
+    assert "[tower-matrix] TOWER_MATRIX_CRASH_IN=qwen2_vl: killing this process" in killed["log_tail"]
+    table = (tmp_path / "tower_matrix.md").read_text()
+    assert "| qwen2_vl | visual | 0.0 | error: the process was killed by SIGKILL" in table
+    assert "2 of 3 families stream bit-identically" in table

@@ -19,7 +19,8 @@ The callers need a vLLM config context (`vllm_context`), a device and a dtype;
 `build_family` returns the host with seeded random weights.
 
 Modules: `core` (the entry, building, encoding, comparing, shared configs and
-inputs), `measure` (one matrix row, the table), and the families by the inputs
+inputs), `measure` (one matrix row, the table), `cpu` (stand-ins for vLLM's
+compiled ops the towers look up on a CPU), and the families by the inputs
 their towers take: `grids` (patches + grid), `omni` (audio + vision),
 `tiles` (fixed-size tiles), `pooling` (resamplers, pooling, visual tokens),
 `native` (whole images), `audio`.
@@ -46,6 +47,7 @@ from tower_families.core import (
     use_plain_cpu_linear,
     vllm_context,
 )
+from tower_families.cpu import cpu_shims
 from tower_families.measure import markdown_table, measure_family, param_bytes_on_device, release
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "build_family",
     "build_on_meta",
     "check_bit_identical",
+    "cpu_shims",
     "device_properties",
     "encode",
     "family",

@@ -88,10 +88,12 @@ def measure_family(
         "full_tower": family.full_tower,
         "size": size,
     }
+    if family.works_around:
+        row["works_around"] = family.works_around
     host = build_family(family, size, device, dtype)
     towers = towers_of(family, host)
     row["tower_param_bytes"] = sum(p.numel() * p.element_size() for t in towers.values() for p in t.parameters())
-    inputs = make_inputs(family, host, size, device)
+    inputs = make_inputs(family, host, size, device, dtype)
     warm = encode(family, host, inputs)  # warm up (kernels, workspaces)
     reference, resident_times = _timed_encodes(family, host, inputs, device, repeats)
     row["resident_repeatable"] = bit_identical(warm, reference)
@@ -165,4 +167,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     notes = [f"- {row['family']}: {row['known_difference']}" for row in rows if row.get("known_difference")]
     if notes:
         lines += ["", "Known differences (patch issues, with the evidence):", *notes]
+    workarounds = [f"- {row['family']}: {row['works_around']}" for row in rows if row.get("works_around")]
+    if workarounds:
+        lines += ["", "vLLM bugs the harness works around (not the streamer's):", *workarounds]
     return "\n".join(lines) + "\n"

@@ -164,13 +164,28 @@ MISTRAL_SMALL_3_1 = {
 def _pixtral_inputs(host: nn.Module, size: str, generator):
     from vllm.model_executor.models.pixtral import PixtralImagePixelInputs
 
-    # Images at their own sizes, cut to multiples of the patch (times the merge).
-    unit = host.vision_args.patch_size * host.vision_args.spatial_merge_size
     sides = by_size(size, [(32, 48), (16, 16)], [(1036, 1484), (504, 728)])
     return PixtralImagePixelInputs(
         type="pixel_values",
-        images=[randn(generator, 3, h // unit * unit, w // unit * unit).to(current_dtype()) for h, w in sides],
+        images=[
+            randn(generator, 3, *_pixtral_image_size(host.vision_args, h, w)).to(current_dtype()) for h, w in sides
+        ],
     )
+
+
+def _pixtral_image_size(args, height: int, width: int) -> tuple[int, int]:
+    """The pixel size mistral_common's image encoder gives a `height` x `width` image.
+
+    Scaled down to fit `image_size` (the encoder's rotary table has
+    image_size / patch_size positions a side: a larger image indexes past it,
+    a device-side assert on CUDA), then up to whole tokens (patch x merge), as
+    `ImageEncoder._image_to_num_tokens` does.
+    """
+    ratio = max(height / args.image_size, width / args.image_size)
+    if ratio > 1:
+        height, width = max(round(height / ratio), 1), max(round(width / ratio), 1)
+    unit = args.patch_size * args.spatial_merge_size
+    return -(-height // unit) * unit, -(-width // unit) * unit
 
 
 FAMILIES: list[TowerFamily] = [

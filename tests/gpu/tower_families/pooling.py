@@ -68,6 +68,15 @@ def _minicpmv_builder(version: tuple[int, int], llm_hidden: int):
         host.vision_dim = host.vpm.embeddings.embed_dim
         host.embed_dim = host.config.hidden_size
         host.resampler = host.init_resampler(host.embed_dim, host.vision_dim, None, prefix="resampler")
+        from vllm.model_executor.models.minicpmv import Resampler2_5
+
+        if isinstance(host.resampler, Resampler2_5):
+            # vLLM 0.33.0's Resampler2_5 makes its `pos_embed` buffer on the CPU
+            # whatever the build device, and nothing moves it (a non-persistent
+            # buffer, loaded with no weight); its forward then indexes it with
+            # indices on the input's device, which fails on CUDA. Upstream fixed
+            # the same buffer's device by hand (vllm#43844, #43194).
+            host.resampler.pos_embed = host.resampler.pos_embed.to(host.resampler.query.device)
 
     return build
 
@@ -159,7 +168,11 @@ def _build_molmo2(host: nn.Module, size: str) -> None:
             image_patch_size=4,
             image_num_pos=49,
         ),
-        VitConfig(),  # the defaults are SigLIP 2 so400m/14 at 378
+        # SigLIP 2 so400m/14 at 378 as released (transformers' Molmo2VisionConfig
+        # defaults): 25 layers, one learned position per patch, 27x27 = 729.
+        # vLLM's VitConfig defaults say 27 layers and 577 positions (Molmo 1's
+        # CLIP 24x24 + 1), which `add_pos_emb` cannot reshape to a square.
+        VitConfig(num_hidden_layers=25, image_num_pos=729),
     )
     # Molmo2-8B's adapter maps to Qwen3-8B (hidden 4096, MLP 12288).
     adapter = by_size(
@@ -177,6 +190,13 @@ def _build_molmo2(host: nn.Module, size: str) -> None:
     host.vision_backbone = Molmo2VisionBackbone(vit, adapter, None, prefix="vision_backbone")
     host.img_patch_id = MOLMO2_PATCH_TOKEN
     embedding = TokenEmbedding(8, adapter.text_hidden_size)
+    # Not a tower, so `build_family` does not draw it; its rows are in the encode's
+    # output (the prompt tokens around the pooled patches). A fixed draw: the
+    # resident and the streamed builds must differ in streaming only.
+    weight = embedding.embed_tokens.weight
+    if not weight.is_meta:
+        with torch.no_grad():
+            weight.normal_(generator=torch.Generator(device=weight.device).manual_seed(0))
     host.get_language_model = lambda: embedding
 
 
@@ -288,7 +308,8 @@ def _build_minicpmv4_6(host: nn.Module, size: str) -> None:
     )
     config = host.config = MiniCPMV4_6Config(
         vision_config=vision,
-        text_config={"hidden_size": by_size(size, 96, 4096)},
+        # "model_type" as in the checkpoint's config.json: transformers 5.16 looks it up.
+        text_config={"model_type": "qwen3_5_text", "hidden_size": by_size(size, 96, 4096)},
         insert_layer_id=vision.get("insert_layer_id", 6),
     )
     # As MiniCPMV4_6ForConditionalGeneration.__init__. Its encode calls the
@@ -311,6 +332,8 @@ FAMILIES: list[TowerFamily] = [
         _minicpmv_inputs,
         process="_process_vision_input",
         full_tower="openbmb/MiniCPM-V-2_6",
+        works_around="vLLM 0.33.0 leaves Resampler2_5.pos_embed on the CPU after a CUDA build (its forward "
+        "then indexes it with CUDA indices and fails); the harness moves it to the towers' device",
     ),
     TowerFamily(
         "minicpmv4_5",

@@ -522,14 +522,16 @@ def _glm4v_inputs(host: nn.Module, size: str, generator):
 
 
 def _build_aria(host: nn.Module, size: str) -> None:
-    from transformers import AriaConfig
+    from transformers import AriaConfig, AriaTextConfig
     from vllm.model_executor.models.aria import AriaProjector, AriaVisionTransformer
 
     # rhymes-ai/Aria: SigLIP-so400m/14 at 980 (no post-norm); the projector's
     # learned queries: 128 for 490-pixel images, 256 for 980 (by patch count).
     config = host.config = AriaConfig(
         vision_config={"model_type": "idefics3_vision", **by_size(size, TINY_VIT, {**SO400M_14, "image_size": 980})},
-        text_config={"hidden_size": by_size(size, 96, 2560)},
+        # A config object, not a dict: transformers 5.16 keeps a text_config dict
+        # without "model_type" as a dict and then fails on it.
+        text_config=AriaTextConfig(hidden_size=by_size(size, 96, 2560)),
         projector_patch_to_query_dict=by_size(size, {16: 4, 64: 8}, {1225: 128, 4900: 256}),
     )
     host.vision_tower = AriaVisionTransformer(config.vision_config, quant_config=None, prefix="vision_tower")
