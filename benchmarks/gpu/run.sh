@@ -3,14 +3,15 @@
 # under the 600 s a command may take. Logs and results land in $OUT.
 #   bash benchmarks/gpu/run.sh proof     # in-tree tests, tower tests, engine tests (Qwen3-VL eager and
 #                                        # CUDA graphs, Qwen2.5-VL eager)
-#   bash benchmarks/gpu/run.sh serve     # vllm serve + openai (lru and shm mm cache), tower families 1/2
-#   bash benchmarks/gpu/run.sh pipeline  # the pipeline matrix (issue 11), tower families 2/2
+#   bash benchmarks/gpu/run.sh pipeline  # issue 11: where a small encode's host time goes, then the
+#                                        # pipeline matrix
+#   bash benchmarks/gpu/run.sh matrix    # issue 10: all tower families at full size (one child process
+#                                        # per run of families; a crashed family is a row)
+#   bash benchmarks/gpu/run.sh serve     # vllm serve + openai, mm cache lru and shm per process
 #   bash benchmarks/gpu/run.sh bench     # the engine benchmark (latency), if time is left
-#   bash benchmarks/gpu/run.sh host      # where a streamed encode's host time goes (issue 11), and
-#                                        # what of Qwen2.5-VL's tower stays on the GPU after load
 #   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
 set -uo pipefail
-stage=${1:?usage: run.sh proof|serve|pipeline|bench|host|multi}
+stage=${1:?usage: run.sh proof|pipeline|matrix|serve|bench|multi}
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
 { date -u; cat .gpu/repo/TREE; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.used,memory.total --format=csv
@@ -22,23 +23,21 @@ proof)
   bash .gpu/run.sh bash -c 'cd .gpu/tree && timeout 120 python3 -m pytest -p no:cacheprovider --noconftest -q -rs tests/model_executor/offloader tests/config' 2>&1 | tee "$OUT/gpu-intree-tests.log" | tail -15
   in_repo "timeout 440 $pytest_gpu tests/gpu/test_tower_streaming_gpu.py tests/gpu/test_engine_offload_towers.py" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
   ;;
-serve)
-  in_repo "timeout 330 $pytest_gpu tests/gpu/test_server_offload_towers.py" 2>&1 | tee "$OUT/gpu-server-tests.log" | tail -30
-  in_repo "timeout 220 python3 benchmarks/tower_matrix.py --shard 1/2 --out-dir $OUT/tower_matrix-1" 2>&1 | tee "$OUT/tower-matrix-1.log" | tail -30
-  ;;
 pipeline)
-  in_repo "timeout 300 python3 benchmarks/tower_pipeline.py --budget-s 250 --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
-  in_repo "timeout 220 python3 benchmarks/tower_matrix.py --shard 2/2 --out-dir $OUT/tower_matrix-2" 2>&1 | tee "$OUT/tower-matrix-2.log" | tail -30
+  in_repo "timeout 90 python3 benchmarks/tower_host_time.py --out $OUT/tower_host_time.json" 2>&1 | tee "$OUT/tower-host-time.log" | tail -40
+  in_repo "timeout 400 python3 benchmarks/tower_pipeline.py --budget-s 340 --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
+  ;;
+matrix)
+  in_repo "timeout 560 python3 benchmarks/tower_matrix.py --out-dir $OUT/tower_matrix" 2>&1 | tee "$OUT/tower-matrix.log" | tail -30
+  ;;
+serve)
+  in_repo "timeout 560 $pytest_gpu tests/gpu/test_server_offload_towers.py" 2>&1 | tee "$OUT/gpu-server-tests.log" | tail -30
   ;;
 bench)
   in_repo "timeout 400 python3 benchmarks/engine_offload.py --repeats 5 --out-dir $OUT/engine" 2>&1 | tee "$OUT/engine-offload.log" | tail -20
   ;;
-host)
-  in_repo "timeout 90 python3 benchmarks/tower_host_time.py --out $OUT/tower_host_time.json" 2>&1 | tee "$OUT/tower-host-time.log" | tail -60
-  in_repo "timeout 120 python3 -c 'import sys; sys.path.insert(0, \"tests/gpu\"); from pathlib import Path; from vlm_checkpoint import make_checkpoint; make_checkpoint(\"qwen2_5_vl\", Path(\"/tmp/ckpt-qwen2_5_vl\"))' && timeout 120 python3 tests/gpu/engine_probe.py /tmp/ckpt-qwen2_5_vl --mode streamed --requests 0 --out $OUT/probe_qwen2_5_vl_streamed.json && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d[\"weights_bytes\"], d[\"gpu_tensor_bytes\"])' $OUT/probe_qwen2_5_vl_streamed.json" 2>&1 | tee "$OUT/probe-qwen2_5_vl.log" | tail -15
-  ;;
 multi)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_engine_multi_gpu.py" 2>&1 | tee "$OUT/gpu-multi-gpu-tests.log" | tail -40
   ;;
-*) echo "run.sh: unknown stage $stage (proof, serve, pipeline, bench, host, multi)" >&2; exit 2 ;;
+*) echo "run.sh: unknown stage $stage (proof, pipeline, matrix, serve, bench, multi)" >&2; exit 2 ;;
 esac
