@@ -35,10 +35,10 @@ def smoke_run(vllm_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     return run_smoke(vllm_tree, out)
 
 
-def run_smoke(tree: Path, out: Path, *options: str) -> tuple[dict, str]:
-    """The benchmark's command line with --smoke, against `tree`; its JSON and Markdown."""
+def run_on_cpu(script: Path, tree: Path, *options: str) -> None:
+    """A benchmark's command line with --smoke, against `tree`; it must succeed."""
     proc = subprocess.run(
-        [sys.executable, str(BENCHMARK), "--smoke", "--out-dir", str(out), *options],
+        [sys.executable, str(script), "--smoke", *options],
         cwd=REPO,
         env={**os.environ, "VLLM_FORK_TREE": str(tree)},
         capture_output=True,
@@ -46,6 +46,11 @@ def run_smoke(tree: Path, out: Path, *options: str) -> tuple[dict, str]:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def run_smoke(tree: Path, out: Path, *options: str) -> tuple[dict, str]:
+    """tower_pipeline.py --smoke against `tree`; its JSON and Markdown."""
+    run_on_cpu(BENCHMARK, tree, "--out-dir", str(out), *options)
     return json.loads((out / "tower_pipeline.json").read_text()), (out / "tower_pipeline.md").read_text()
 
 
@@ -113,15 +118,7 @@ def test_cases_past_the_time_budget_are_recorded_as_skipped(vllm_tree: Path, tmp
 def test_host_time_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: Path) -> None:
     """benchmarks/tower_host_time.py --smoke: both encodes, the per-unit operations, the profile."""
     out = tmp_path / "tower_host_time.json"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "tower_host_time.py"), "--smoke", "--iters", "3", "--out", str(out)],
-        cwd=REPO,
-        env={**os.environ, "VLLM_FORK_TREE": str(vllm_tree)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_on_cpu(REPO / "benchmarks" / "tower_host_time.py", vllm_tree, "--iters", "3", "--out", str(out))
     report = json.loads(out.read_text())
     assert report["bit_identical"] is True
     assert report["units"] > 1
