@@ -25,14 +25,7 @@ def siglip_config(size: str, full: dict[str, Any], **extra: Any):
 
     dims = by_size(
         size,
-        {
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 3,
-            "num_attention_heads": 4,
-            "image_size": 32,
-            "patch_size": 4,
-        },
+        TINY_VIT,
         full,
     )
     return SiglipVisionConfig(**dims, **extra)

@@ -103,23 +103,9 @@ def _build_gemma3(host: nn.Module, size: str) -> None:
 
     vision = by_size(
         size,
-        {
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 3,
-            "num_attention_heads": 4,
-            "image_size": 32,
-            "patch_size": 4,
-        },
+        TINY_VIT,
         # SigLIP-so400m at 896 (Gemma 3 4B/12B/27B).
-        {
-            "hidden_size": 1152,
-            "intermediate_size": 4304,
-            "num_hidden_layers": 27,
-            "num_attention_heads": 16,
-            "image_size": 896,
-            "patch_size": 14,
-        },
+        {**SO400M_14, "image_size": 896},
     )
     config = host.config = Gemma3Config(
         vision_config={**vision, "vision_use_head": False},
@@ -204,23 +190,9 @@ def _build_idefics3(host: nn.Module, size: str) -> None:
 
     vision = by_size(
         size,
-        {
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 3,
-            "num_attention_heads": 4,
-            "image_size": 32,
-            "patch_size": 4,
-        },
+        TINY_VIT,
         # Idefics3-8B-Llama3 (SigLIP-so400m at 364).
-        {
-            "hidden_size": 1152,
-            "intermediate_size": 4304,
-            "num_hidden_layers": 27,
-            "num_attention_heads": 16,
-            "image_size": 364,
-            "patch_size": 14,
-        },
+        {**SO400M_14, "image_size": 364},
     )
     config = Idefics3Config(
         vision_config=vision,
