@@ -7,7 +7,11 @@ Qwen3-VL checkpoint with a full-size 8B vision tower is made on the spot
 process (`tests/gpu/engine_probe.py`). Reports weights on the GPU, KV cache
 capacity, pinned host bytes, RSS, and the latency of a one-image request
 (2223 image tokens, a new image each time): first token (`max_tokens=1`)
-and total (`max_tokens=16`), median over the repeats.
+and total (`max_tokens=16`), median over the repeats. The same run then
+times the tower alone (`benchmarks/tower_streaming.py`: one 2223-token
+encode resident, streamed and through the UVA offloader, the H2D floor), so
+the engine figures and the encode figures come from one command on one
+machine.
 
 Writes `engine_offload.json` and `engine_offload.md` into `--out-dir`.
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GPU_TESTS = ROOT / "tests" / "gpu"
 sys.path.insert(0, str(GPU_TESTS))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 MiB = 1 << 20
 
@@ -46,6 +51,25 @@ def probe(checkpoint: Path, mode: str, repeats: int, workdir: Path) -> dict:
             str(repeats),
             "--out",
             str(out),
+        ],
+        check=True,
+    )
+    return json.loads(out.read_text())
+
+
+def tower_alone(repeats: int, workdir: Path) -> dict:
+    """The tower-only encode figures (`benchmarks/tower_streaming.py`), in a child process."""
+    out = workdir / "tower_streaming.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "tower_streaming.py"),
+            "--out",
+            str(out),
+            "--iters",
+            str(repeats),
+            "--command",
+            f"python3 benchmarks/tower_streaming.py --iters {repeats} (run by benchmarks/engine_offload.py)",
         ],
         check=True,
     )
@@ -125,6 +149,11 @@ def markdown(report: dict) -> str:
         f" 16 tokens {s['total_streamed_over_resident']:.3f}x.",
         "",
     ]
+    if report.get("tower_alone"):
+        from tower_streaming import render_markdown
+
+        # The tower benchmark's own table, its title one level down.
+        lines.append("#" + render_markdown(report["tower_alone"]))
     return "\n".join(lines)
 
 
@@ -141,6 +170,7 @@ def main() -> None:
         workdir = Path(tmp)
         checkpoint = make_checkpoint("qwen3_vl", workdir / "qwen3-vl")
         results = {m: probe(checkpoint, m, args.repeats, workdir) for m in ("resident", "streamed")}
+        tower = tower_alone(max(args.repeats, 10), workdir)
     for r in results.values():
         r.pop("compared", None)
     report = {
@@ -150,6 +180,7 @@ def main() -> None:
         "repeats": args.repeats,
         "results": results,
         "summary": summarize(results),
+        "tower_alone": tower,
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "engine_offload.json").write_text(json.dumps(report, indent=1))

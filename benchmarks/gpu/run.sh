@@ -8,12 +8,17 @@
 #   bash benchmarks/gpu/run.sh matrix    # issue 10: all tower families at full size (one child process
 #                                        # per run of families; a crashed family is a row)
 #   bash benchmarks/gpu/run.sh serve     # vllm serve + openai, mm cache lru and shm per process
-#   bash benchmarks/gpu/run.sh bench     # the engine benchmark (latency), if time is left
+#   bash benchmarks/gpu/run.sh bench     # the engine benchmark (memory, latency) and the tower alone
 #   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
 set -uo pipefail
 stage=${1:?usage: run.sh proof|pipeline|matrix|serve|bench|multi}
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
+# The device hands back at most 8 files: whatever the stage wrote goes back as one tarball
+# (unpack it here with `tar xzf results.tgz`), also when a stage fails.
+pack_results() { (cd "$OUT" && tar czf /tmp/run-results.tgz . && find . -mindepth 1 -delete \
+  && mv /tmp/run-results.tgz results.tgz); }
+trap pack_results EXIT
 { date -u; cat .gpu/repo/TREE; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.used,memory.total --format=csv
   df -h /dev/shm; ulimit -l; nproc; free -g; } > "$OUT/machine-$stage.txt" 2>&1
 in_repo() { bash .gpu/run.sh bash -c "cd .gpu/repo && $1"; }
@@ -34,7 +39,7 @@ serve)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_server_offload_towers.py" 2>&1 | tee "$OUT/gpu-server-tests.log" | tail -30
   ;;
 bench)
-  in_repo "timeout 400 python3 benchmarks/engine_offload.py --repeats 5 --out-dir $OUT/engine" 2>&1 | tee "$OUT/engine-offload.log" | tail -20
+  in_repo "timeout 400 python3 benchmarks/engine_offload.py --repeats 5 --out-dir $OUT/engine" 2>&1 | tee "$OUT/engine-offload.log" | tail -40
   ;;
 multi)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_engine_multi_gpu.py" 2>&1 | tee "$OUT/gpu-multi-gpu-tests.log" | tail -40
