@@ -166,6 +166,7 @@ class Setup:
     smoke: bool
     repeats: eb.Repeats
     copy_iters: int
+    resident_gb: float = 0.0  # --offload-towers-resident-gb
 
     def vision(self, tower: str) -> dict[str, Any]:
         if self.smoke:
@@ -211,11 +212,17 @@ def build_tower(setup: Setup, tower: str, seed: int = 0) -> torch.nn.Module:
     return module
 
 
-def stream(module: torch.nn.Module, lookahead: int) -> Any:
+def stream(module: torch.nn.Module, lookahead: int, resident_gb: float = 0.0) -> Any:
     """Hand the tower to vLLM's prefetch offloader, as `_mark_tower_model` does."""
     from vllm.model_executor.offloader import PrefetchOffloader
 
-    offloader = PrefetchOffloader(group_size=0, num_in_group=1, prefetch_step=lookahead, offload_towers=True)
+    offloader = PrefetchOffloader(
+        group_size=0,
+        num_in_group=1,
+        prefetch_step=lookahead,
+        offload_towers=True,
+        offload_towers_resident_gb=resident_gb,
+    )
     offloader.wrap_tower(module, prefix="visual")
     offloader.post_init()
     return offloader
@@ -333,7 +340,7 @@ def streamed_phase(
 ) -> dict[str, Any]:
     """Every case on the tower streamed at `lookahead`, the H2D floor, and the profile if asked."""
     module = build_tower(setup, tower)
-    offloader = stream(module, lookahead)
+    offloader = stream(module, lookahead, setup.resident_gb)
     streamed = offloader.tower_streamer.towers[0]
     units = streamed.units
     slot = max((u.nbytes for u in units if u.spec.recurse), default=0)
@@ -341,6 +348,7 @@ def streamed_phase(
         "units": len(units),
         "largest_unit_mib": max(u.nbytes for u in units) / MiB,
         "ring_mib": (lookahead + 1) * slot / MiB,
+        "kept_resident_mib": offloader.tower_streamer.kept_resident.get("visual", 0) / MiB,
         "arena_mib": streamed.arena.nbytes / MiB,
         "arena_pinning": streamed.arena.pinning,
         "h2d": h2d_floor(streamed, setup),
@@ -514,6 +522,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--min-iters", type=int, default=5)
     parser.add_argument("--max-iters", type=int, default=30)
     parser.add_argument("--copy-iters", type=int, default=20)
+    parser.add_argument(
+        "--resident-gb",
+        type=float,
+        default=0.0,
+        help="--offload-towers-resident-gb: GiB of each tower's first units kept resident (default 0)",
+    )
     args = parser.parse_args(argv)
     names = {c.name for c in CASES}
     args.tower_list = [t for t in args.towers.split(",") if t]
@@ -543,12 +557,19 @@ def main(argv: list[str] | None = None) -> None:
         import_on_cpu(ensure_tree())
         # Tiny ops: one thread runs them faster than a pool (and shares a CI machine better).
         torch.set_num_threads(1)
-        setup = Setup(torch.device("cpu"), torch.float32, True, eb.Repeats(1, 0.0, 1, 1), copy_iters=2)
+        setup = Setup(
+            torch.device("cpu"),
+            torch.float32,
+            True,
+            eb.Repeats(1, 0.0, 1, 1),
+            copy_iters=2,
+            resident_gb=args.resident_gb,
+        )
     else:
         if not torch.cuda.is_available():
             sys.exit("tower_pipeline.py needs a CUDA GPU (--smoke runs the code paths on the CPU)")
         repeats = eb.Repeats(args.warmup, args.target_ms, args.min_iters, args.max_iters)
-        setup = Setup(torch.device("cuda"), torch.bfloat16, False, repeats, args.copy_iters)
+        setup = Setup(torch.device("cuda"), torch.bfloat16, False, repeats, args.copy_iters, args.resident_gb)
     with tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         run(args, setup)
 
@@ -567,6 +588,7 @@ def run(args: argparse.Namespace, setup: Setup) -> None:
             "copy_iters": setup.copy_iters,
             "budget_s": args.budget_s,
             "lookaheads": lookaheads,
+            "resident_gb": setup.resident_gb,
         },
         "cases": [
             {
@@ -655,7 +677,14 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "Towers: Qwen3-VL `Qwen3_VisionTransformer` as vLLM builds it, random "
         f"{report['dtype'].replace('torch.', '')} weights; streamed through `PrefetchOffloader("
-        "offload_towers=True, prefetch_step=L)`. Times: median per encode (CUDA events; on the CPU, perf_counter) of "
+        "offload_towers=True, prefetch_step=L)`"
+        + (
+            f" with `offload_towers_resident_gb={report['settings']['resident_gb']}` (the first units of each"
+            " tower stay resident; the H2D floor is the streamed bytes')"
+            if report["settings"].get("resident_gb")
+            else ""
+        )
+        + ". Times: median per encode (CUDA events; on the CPU, perf_counter) of "
         f"{rep['min_iters']}-{rep['max_iters']} timed runs (about {rep['target_ms']:.0f} ms of runs per case) "
         f"after {rep['warmup']} warm-up runs. Ratio = streamed / max(resident, H2D floor); "
         "copy-bound = the floor exceeds the resident time; bandwidth = tower bytes / streamed time "

@@ -3,8 +3,8 @@
 # under the 600 s a command may take. Logs and results land in $OUT.
 #   bash benchmarks/gpu/run.sh proof     # in-tree tests, tower tests, engine tests (Qwen3-VL eager and
 #                                        # CUDA graphs, Qwen2.5-VL eager)
-#   bash benchmarks/gpu/run.sh pipeline  # issue 11: where a small encode's host time goes, then the
-#                                        # pipeline matrix
+#   bash benchmarks/gpu/run.sh pipeline  # issue 11: where a small encode's host time goes, the
+#                                        # pipeline matrix, then 2B with 128 MiB kept resident
 #   bash benchmarks/gpu/run.sh matrix    # issue 10: all tower families at full size (one child process
 #                                        # per run of families; a crashed family is a row)
 #   bash benchmarks/gpu/run.sh serve     # vllm serve + openai, mm cache lru and shm per process
@@ -30,7 +30,9 @@ proof)
   ;;
 pipeline)
   in_repo "timeout 90 python3 benchmarks/tower_host_time.py --out $OUT/tower_host_time.json" 2>&1 | tee "$OUT/tower-host-time.log" | tail -40
-  in_repo "timeout 400 python3 benchmarks/tower_pipeline.py --budget-s 340 --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
+  in_repo "timeout 360 python3 benchmarks/tower_pipeline.py --budget-s 300 --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
+  # The same 2B rows with 128 MiB of the tower's first units resident (--offload-towers-resident-gb).
+  in_repo "timeout 120 python3 benchmarks/tower_pipeline.py --towers 2B --lookaheads 1 --resident-gb 0.125 --profile none --budget-s 80 --out-dir $OUT/tower_pipeline_resident" 2>&1 | tee "$OUT/tower-pipeline-resident.log" | tail -20
   ;;
 matrix)
   in_repo "timeout 560 python3 benchmarks/tower_matrix.py --out-dir $OUT/tower_matrix" 2>&1 | tee "$OUT/tower-matrix.log" | tail -30

@@ -115,6 +115,30 @@ def test_cases_past_the_time_budget_are_recorded_as_skipped(vllm_tree: Path, tmp
     assert f"{len(report['cases'])} rows skipped" in markdown
 
 
+def test_a_resident_budget_streams_fewer_bytes_bit_identically(vllm_tree: Path, tmp_path: Path):
+    """--resident-gb: the first units stay resident, the rest stream, outputs unchanged."""
+    full, _ = run_smoke(vllm_tree, tmp_path / "full", "--towers", "2B", "--lookaheads", "1", "--profile", "none")
+    kept, markdown = run_smoke(
+        vllm_tree,
+        tmp_path / "kept",
+        "--towers",
+        "2B",
+        "--lookaheads",
+        "1",
+        "--profile",
+        "none",
+        "--resident-gb",
+        "0.0002",  # about 210 KB: a few of the tiny tower's first units
+    )
+    before, after = full["towers"]["2B"]["streamed"]["1"], kept["towers"]["2B"]["streamed"]["1"]
+    assert before["kept_resident_mib"] == 0 < after["kept_resident_mib"] <= 0.0002 * 1024
+    assert after["units"] < before["units"]
+    assert after["arena_mib"] < before["arena_mib"]
+    assert all(r["status"] == "ok" and r["bit_identical"] is True for r in kept["rows"])
+    assert kept["settings"]["resident_gb"] == 0.0002
+    assert "offload_towers_resident_gb=0.0002" in markdown
+
+
 def test_host_time_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: Path) -> None:
     """benchmarks/tower_host_time.py --smoke: both encodes, the per-unit operations, the profile."""
     out = tmp_path / "tower_host_time.json"
