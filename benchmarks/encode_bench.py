@@ -109,6 +109,35 @@ def time_runs(fn: Callable[[], Any], device: torch.device, repeats: Repeats) -> 
     return timing, first, last
 
 
+def time_interleaved(
+    fns: dict[str, Callable[[], Any]], device: torch.device, repeats: Repeats
+) -> dict[str, tuple[Timing, Any, Any]]:
+    """Like `time_runs` for several functions at once, their timed runs interleaved.
+
+    Each is warmed up on its own; then every round runs each function once,
+    in turn (the order reversed every other round), so that drift of the
+    machine (a busy host, clocks) falls on all of them alike and their
+    ratio is fair. The number of rounds is set by the slowest warm run.
+    Returns, per name, the timing, the first and the last run's output.
+    """
+    first: dict[str, Any] = {}
+    last: dict[str, Any] = {}
+    warm_ms = 0.0
+    for name, fn in fns.items():
+        for i in range(max(1, repeats.warmup)):
+            one_ms, last[name] = run_once_ms(fn, device)
+            if i == 0:
+                first[name] = last[name]
+        warm_ms = max(warm_ms, one_ms)
+    timings = {name: Timing(warmup=max(1, repeats.warmup)) for name in fns}
+    names = list(fns)
+    for round_ in range(repeats.iters_for(warm_ms)):
+        for name in names if round_ % 2 == 0 else reversed(names):
+            ms, last[name] = run_once_ms(fns[name], device)
+            timings[name].times_ms.append(ms)
+    return {name: (timings[name], first[name], last[name]) for name in names}
+
+
 def peak_extra_bytes(fn: Callable[[], Any], device: torch.device) -> tuple[int | None, Any]:
     """Device memory `fn` allocates at its peak over what was allocated before it.
 

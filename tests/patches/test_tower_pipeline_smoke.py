@@ -86,6 +86,17 @@ def test_every_case_of_the_matrix_runs_bit_identically(smoke_run):
             per_unit = phase["h2d"]["per_unit_from_arena"]
             assert per_unit["copies"] == phase["units"] and phase["h2d"]["bytes"] > 0
             assert all(c["bit_identical_first_encode"] for c in phase["cases"].values())
+            # The ratio's resident time is taken interleaved with the streamed runs.
+            assert all(
+                len(c["resident_paired_timing"]["times_ms"]) == c["timing"]["iters"] for c in phase["cases"].values()
+            )
+    paired = {
+        (t, name, int(la)): c["resident_paired_ms"]
+        for t, tower in report["towers"].items()
+        for la, phase in tower["streamed"].items()
+        for name, c in phase["cases"].items()
+    }
+    assert all(r["resident_ms"] == paired[(r["tower"], r["case"], r["lookahead"])] for r in rows)
     assert report["targets"]["bit_identical"] == len(rows)
 
 
