@@ -8,7 +8,8 @@
 #   bash benchmarks/gpu/run.sh matrix    # issue 10: all tower families at full size (one child process
 #                                        # per run of families; a crashed family is a row)
 #   bash benchmarks/gpu/run.sh serve     # vllm serve + openai, mm cache lru and shm per process
-#   bash benchmarks/gpu/run.sh bench     # the engine benchmark (memory, latency) and the tower alone
+#   bash benchmarks/gpu/run.sh bench     # the engine benchmark (memory, latency, the tower alone), the
+#                                        # resident-budget engine test
 #   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
 set -uo pipefail
 stage=${1:?usage: run.sh proof|pipeline|matrix|serve|bench|multi}
@@ -41,7 +42,9 @@ serve)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_server_offload_towers.py" 2>&1 | tee "$OUT/gpu-server-tests.log" | tail -30
   ;;
 bench)
-  in_repo "timeout 400 python3 benchmarks/engine_offload.py --repeats 5 --out-dir $OUT/engine" 2>&1 | tee "$OUT/engine-offload.log" | tail -40
+  in_repo "timeout 360 python3 benchmarks/engine_offload.py --repeats 5 --out-dir $OUT/engine" 2>&1 | tee "$OUT/engine-offload.log" | tail -40
+  # --offload-towers-resident-gb in the engine (Qwen3-VL, 0.25 GiB kept).
+  in_repo "timeout 200 $pytest_gpu tests/gpu/test_engine_resident_budget.py" 2>&1 | tee "$OUT/gpu-resident-budget-tests.log" | tail -20
   ;;
 multi)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_engine_multi_gpu.py" 2>&1 | tee "$OUT/gpu-multi-gpu-tests.log" | tail -40

@@ -57,10 +57,10 @@ def harness_kwargs(cudagraphs: bool) -> dict:
     }
 
 
-def mode_kwargs(mode: str) -> dict:
+def mode_kwargs(mode: str, resident_gb: float = 0.0) -> dict:
     if mode == "streamed":
-        return {"offload_backend": "prefetch", "offload_towers": True}
-    assert mode == "resident", mode
+        return {"offload_backend": "prefetch", "offload_towers": True, "offload_towers_resident_gb": resident_gb}
+    assert mode == "resident" and not resident_gb, (mode, resident_gb)
     return {}
 
 
@@ -130,6 +130,7 @@ def _worker_figures(worker) -> dict:
         "num_gpu_blocks": worker.cache_config.num_gpu_blocks,
         "tower_param_bytes": tower_bytes,
         "streamer_host_bytes": streamer.host_bytes if streamer else 0,
+        "streamer_kept_resident_bytes": sum(streamer.kept_resident.values()) if streamer else 0,
         "streamer_pinning": sorted({t.arena.pinning for t in streamer.towers}) if streamer else [],
         "caching_allocator_pinned_bytes": int(host_stats.get("allocated_bytes.current", 0)),
         "caching_allocator_pinned_reserved_bytes": int(host_stats.get("reserved_bytes.current", 0)),
@@ -155,6 +156,7 @@ def run(
     tp: int = 1,
     pp: int = 1,
     mm_encoder_tp_mode: str | None = None,
+    resident_gb: float = 0.0,
 ) -> dict:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
@@ -174,7 +176,7 @@ def run(
         pipeline_parallel_size=pp,
         **({"mm_encoder_tp_mode": mm_encoder_tp_mode} if mm_encoder_tp_mode else {}),
         **harness_kwargs(cudagraphs),
-        **mode_kwargs(mode),
+        **mode_kwargs(mode, resident_gb),
     )
     startup_s = time.perf_counter() - started
     ranks = llm.collective_rpc(_worker_figures)
@@ -217,6 +219,7 @@ def run(
     return {
         "family": family,
         "mode": mode,
+        "resident_gb": resident_gb,
         "cudagraphs": cudagraphs,
         "parallel": {"tp": tp, "pp": pp, "mm_encoder_tp_mode": mm_encoder_tp_mode},
         "ranks": ranks,
@@ -242,6 +245,7 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     parser.add_argument("--pp", type=int, default=1, help="pipeline-parallel size")
     parser.add_argument("--mm-encoder-tp-mode", choices=["weights", "data"])
+    parser.add_argument("--resident-gb", type=float, default=0.0, help="--offload-towers-resident-gb (streamed)")
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args()
     result = run(
@@ -253,6 +257,7 @@ def main() -> None:
         tp=args.tp,
         pp=args.pp,
         mm_encoder_tp_mode=args.mm_encoder_tp_mode,
+        resident_gb=args.resident_gb,
     )
     Path(args.out).write_text(json.dumps(result))
 
