@@ -190,23 +190,15 @@ def build_tower(setup: Setup, tower: str, seed: int = 0) -> torch.nn.Module:
     from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
     from vllm.model_executor.models.qwen3_vl import Qwen3_VisionTransformer
 
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(setup.dtype)
-    try:
-        with torch.device(setup.device):
-            module = Qwen3_VisionTransformer(
-                Qwen3VLVisionConfig(**setup.vision(tower)),
-                norm_eps=1e-6,
-                quant_config=None,
-                input_norm=build_mm_input_norm(None),
-                prefix="visual",
-            )
-    finally:
-        torch.set_default_dtype(default_dtype)
-    generator = torch.Generator(device=setup.device).manual_seed(seed)
-    with torch.no_grad():
-        for param in module.parameters():
-            param.normal_(std=0.02, generator=generator)
+    with tf.loader_defaults(setup.device, setup.dtype):
+        module = Qwen3_VisionTransformer(
+            Qwen3VLVisionConfig(**setup.vision(tower)),
+            norm_eps=1e-6,
+            quant_config=None,
+            input_norm=build_mm_input_norm(None),
+            prefix="visual",
+        )
+    tf.seed_weights([module], setup.device, seed)
     if setup.device.type == "cpu":
         tf.use_plain_cpu_linear(module)
     return module

@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import shlex
-import socket
 import statistics
 import sys
 import time
@@ -34,6 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+# The GPU tests' helpers: the Qwen3-VL-8B vision config, building and seeding as vLLM's loader does.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 
 MiB = 1 << 20
 GRID = [[1, 78, 114]]
@@ -49,44 +51,18 @@ def vision_config():
     from transformers.models.qwen3_vl.configuration_qwen3_vl import (
         Qwen3VLVisionConfig,
     )
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
     from vlm_checkpoint import VISION
 
     return Qwen3VLVisionConfig(**VISION)
 
 
-def init_vllm() -> None:
-    """Distributed state for one GPU (under the current vLLM config)."""
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    init_distributed_environment(
-        world_size=1,
-        rank=0,
-        local_rank=0,
-        distributed_init_method=f"tcp://127.0.0.1:{port}",
-        backend="nccl",
-    )
-    initialize_model_parallel(1, 1)
-
-
 def build_tower(seed: int = 0) -> torch.nn.Module:
+    from tower_families import loader_defaults, seed_weights
     from vllm.model_executor.models.qwen3_vl import Qwen3_VisionTransformer
 
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.device("cuda"):
-            tower = Qwen3_VisionTransformer(vision_config(), prefix="visual")
-    finally:
-        torch.set_default_dtype(default_dtype)
-    generator = torch.Generator(device="cuda").manual_seed(seed)
-    with torch.no_grad():
-        for param in tower.parameters():
-            param.normal_(std=0.02, generator=generator)
+    with loader_defaults("cuda", torch.bfloat16):
+        tower = Qwen3_VisionTransformer(vision_config(), prefix="visual")
+    seed_weights([tower], "cuda", seed)
     return tower
 
 
@@ -214,11 +190,9 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("tower_streaming.py needs a CUDA GPU")
 
-    from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
+    from tower_families import vllm_context
 
-    config = VllmConfig(compilation_config=CompilationConfig(custom_ops=["none"]))
-    with set_current_vllm_config(config):
-        init_vllm()
+    with vllm_context("nccl"):
         run_all(args)
 
 

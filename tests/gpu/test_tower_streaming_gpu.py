@@ -41,20 +41,13 @@ def vllm_state():
 
 def build_tower(cls=None, seed: int = 0, **config: object) -> torch.nn.Module:
     """Build on the GPU in bf16, like vLLM's loader, with seeded weights."""
+    from tower_families import loader_defaults, seed_weights
     from vllm.model_executor.models.qwen3_vl import Qwen3_VisionTransformer
 
     cls = cls or Qwen3_VisionTransformer
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.device("cuda"):
-            tower = cls(vision_config(**config), prefix="visual")
-    finally:
-        torch.set_default_dtype(default_dtype)
-    generator = torch.Generator(device="cuda").manual_seed(seed)
-    with torch.no_grad():
-        for param in tower.parameters():
-            param.normal_(std=0.02, generator=generator)
+    with loader_defaults("cuda", torch.bfloat16):
+        tower = cls(vision_config(**config), prefix="visual")
+    seed_weights([tower], "cuda", seed)
     return tower
 
 

@@ -7,7 +7,7 @@ import importlib
 import importlib.util
 import math
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,20 +134,10 @@ def build_family(
     the same weights for the same seed, resident or streamed.
     """
     host = bare_host(family.model_class())
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            family.build(host, size)
-    finally:
-        torch.set_default_dtype(default_dtype)
+    with loader_defaults(device, dtype):
+        family.build(host, size)
     host.eval()  # as vLLM's loader returns the model (BLIP-2's Q-Former has dropout)
-    generator = torch.Generator(device=device).manual_seed(seed)
-    with torch.no_grad():
-        for tower in towers_of(family, host).values():
-            for param in tower.parameters():
-                if param.is_floating_point():
-                    param.normal_(std=0.02, generator=generator)
+    seed_weights(towers_of(family, host).values(), device, seed)
     if device.type == "cpu":
         use_plain_cpu_linear(host)
     return host
@@ -160,14 +150,32 @@ def build_on_meta(family: TowerFamily, size: str, dtype: torch.dtype = torch.bfl
     machine, in seconds.
     """
     host = bare_host(family.model_class())
+    with loader_defaults(torch.device("meta"), dtype):
+        family.build(host, size)
+    return host
+
+
+@contextlib.contextmanager
+def loader_defaults(device: torch.device | str, dtype: torch.dtype) -> Iterator[None]:
+    """What vLLM's loader sets while it builds a model: the default device and dtype."""
     default_dtype = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        with torch.device("meta"):
-            family.build(host, size)
+        with torch.device(device):
+            yield
     finally:
         torch.set_default_dtype(default_dtype)
-    return host
+
+
+def seed_weights(modules: Iterable[nn.Module], device: torch.device | str, seed: int = 0) -> None:
+    """Draw every floating parameter of `modules` from N(0, 0.02) with a seeded generator:
+    the same weights for the same seed, resident or streamed."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for module in modules:
+            for param in module.parameters():
+                if param.is_floating_point():
+                    param.normal_(std=0.02, generator=generator)
 
 
 def towers_of(family: TowerFamily, host: nn.Module) -> dict[str, nn.Module]:
