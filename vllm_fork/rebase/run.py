@@ -147,6 +147,23 @@ def forecast(
     return survey(patches, new_up.repo, old_up.commit, new_up.commit, new_pin.version, blame_from, note)
 
 
+def _target(root: Path, to: str | None, latest: bool, source: str | None) -> tuple[Pin, str, list[Path], Pin]:
+    """The pinned release, the source, the queue (every patch parsed) and the release to move to."""
+    old_pin = load_pin(root)
+    source = source or old_pin.source
+    patches = read_series(root / "patches")
+    for patch in patches:
+        parse_patch(patch)
+    return old_pin, source, patches, resolve_target(old_pin, to, latest, source)
+
+
+def _upstreams(old_pin: Pin, new_pin: Pin, source: str, remote: str | None) -> tuple[Upstream, Upstream, Pin]:
+    """Both upstream trees, and the new pin with its commit filled in."""
+    old_up = ensure_upstream(old_pin, source, remote)
+    new_up = ensure_upstream(new_pin, source, remote)
+    return old_up, new_up, new_pin.with_changes(commit=commit_of(new_pin, new_up))
+
+
 def survey_only(
     root: Path = REPO_ROOT,
     to: str | None = None,
@@ -155,15 +172,8 @@ def survey_only(
     remote: str | None = None,
 ) -> tuple[Survey, str, Path]:
     """`invoke rebase --survey`: the forecast alone. Writes only build/rebase-survey.md."""
-    old_pin = load_pin(root)
-    source = source or old_pin.source
-    patches = read_series(root / "patches")
-    for patch in patches:
-        parse_patch(patch)
-    new_pin = resolve_target(old_pin, to, latest, source)
-    old_up = ensure_upstream(old_pin, source, remote)
-    new_up = ensure_upstream(new_pin, source, remote)
-    new_pin = new_pin.with_changes(commit=commit_of(new_pin, new_up))
+    old_pin, source, patches, new_pin = _target(root, to, latest, source)
+    old_up, new_up, new_pin = _upstreams(old_pin, new_pin, source, remote)
     result = forecast(patches, old_pin, new_pin, old_up, new_up, remote)
     text = survey_report(result, old_pin, new_pin, source, old_up.commit, new_up.commit)
     path = root / "build" / SURVEY_REPORT
@@ -188,20 +198,13 @@ def start(
             f"{state.queue[state.next_index]}: resolve it and run `invoke rebase --continue`, "
             "or `invoke rebase --abort`"
         )
-    old_pin = load_pin(root)
-    source = source or old_pin.source
-    patches = read_series(root / "patches")
-    for patch in patches:
-        parse_patch(patch)
-    new_pin = resolve_target(old_pin, to, latest, source)
+    old_pin, source, patches, new_pin = _target(root, to, latest, source)
     options.branch = options.branch or f"rebase/{new_pin.version}"
     _root_preflight(root, options.replace_branch, options.branch if options.commit else "")
     tree = default_tree(root)
     ensure_clean(tree, force=False)
 
-    old_up = ensure_upstream(old_pin, source, remote)
-    new_up = ensure_upstream(new_pin, source, remote)
-    new_pin = new_pin.with_changes(commit=commit_of(new_pin, new_up))
+    old_up, new_up, new_pin = _upstreams(old_pin, new_pin, source, remote)
     if new_up.commit == old_up.commit:
         raise ForkError(
             f"upstream {new_pin.version} is the commit already pinned ({old_pin.version}): nothing to rebase"
