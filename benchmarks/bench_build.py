@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from vllm_fork.core.fs import write_atomic  # noqa: E402
 from vllm_fork.core.paths import cache_dir, default_tree  # noqa: E402
 from vllm_fork.ops.key import compute_key  # noqa: E402
 from vllm_fork.wheel.build import build, seed_cache  # noqa: E402
@@ -110,7 +111,7 @@ def main() -> None:
             )
             results["identical_members"] = members(fast.wheel) == members(slow.wheel)
 
-    (ROOT / "benchmarks" / "results" / "build.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_atomic(ROOT / "benchmarks" / "results" / "build.json", json.dumps(results, indent=2) + "\n")
     width = max(map(len, results))
     for name, value in results.items():
         print(f"{name:<{width}}  {value}")

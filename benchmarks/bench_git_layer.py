@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from vllm_fork.core import git as gitlayer  # noqa: E402
+from vllm_fork.core.fs import write_atomic  # noqa: E402
 from vllm_fork.queue import apply as queue  # noqa: E402
 from vllm_fork.queue import check as check_mod  # noqa: E402
 from vllm_fork.queue.export import export  # noqa: E402
@@ -162,8 +163,7 @@ def main() -> None:
         "git": subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip(),
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    write_atomic(args.out, json.dumps(record, indent=2) + "\n")
     print(json.dumps(record, indent=2))
 
 

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from vllm_fork.core.fs import write_atomic
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
@@ -85,7 +87,7 @@ def main() -> int:
     }
     result = {"command": "python benchmarks/bench_rebase.py", **result}
     out = ROOT / "benchmarks" / "results" / "rebase.json"
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_atomic(out, json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0 if result["within_budget"] else 1
 

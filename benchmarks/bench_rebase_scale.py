@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,9 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from support.fork_copy import commit_all, queue_checkout  # noqa: E402
 from support.scale_queue import generate  # noqa: E402
-from test_rebase_real import fork_copy  # noqa: E402
 
+from vllm_fork.core.fs import write_atomic  # noqa: E402
 from vllm_fork.core.git import git, operation_in_progress  # noqa: E402
 from vllm_fork.queue import apply as queue  # noqa: E402
 from vllm_fork.queue import check as check_mod  # noqa: E402
@@ -52,12 +52,6 @@ def timed(fn):
     return value, time.perf_counter() - start
 
 
-def commit_fork(root: Path, message: str) -> None:
-    ident = ["-c", "user.name=bench", "-c", "user.email=bench@localhost"]
-    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(root), *ident, "commit", "-qm", message], check=True)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--to", default="0.32.0")
@@ -65,7 +59,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "rebase_scale.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-rebase-scale-") as tmp:
-        root = fork_copy(Path(tmp) / "fork")
+        root = queue_checkout(Path(tmp) / "fork")
         tree = root / "build" / "vllm"
         queue.apply(root)
         pin = load_pin(root)
@@ -75,7 +69,7 @@ def main() -> int:
         t: dict[str, float] = {}
 
         names, t["export_s"] = timed(lambda: export(tree, root))
-        commit_fork(root, "the generated queue")
+        commit_all(root, "the generated queue")
         total = len(names)
         _, t["apply_s"] = timed(lambda: queue.apply(root))
         _, t["check_cold_s"] = timed(lambda: check_mod.check(root))  # first time: makes its scratch tree
@@ -128,7 +122,7 @@ def main() -> int:
         "targets": TARGETS,
         "within_targets": t["survey_s"] <= TARGETS["survey_s"] and t["check_s"] <= TARGETS["check_s"],
     }
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_atomic(args.out, json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0 if result["within_targets"] else 1
 

@@ -19,7 +19,6 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -239,14 +238,3 @@ def _nvidia_smi(query: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else None
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write through a temp file and rename: never a half-written result."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    if isinstance(data, bytes):
-        tmp.write_bytes(data)
-    else:
-        tmp.write_text(data)
-    os.replace(tmp, path)

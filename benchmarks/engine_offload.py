@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from vllm_fork.core.fs import write_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 GPU_TESTS = ROOT / "tests" / "gpu"
 sys.path.insert(0, str(GPU_TESTS))
@@ -182,9 +184,8 @@ def main() -> None:
         "summary": summarize(results),
         "tower_alone": tower,
     }
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "engine_offload.json").write_text(json.dumps(report, indent=1))
-    (args.out_dir / "engine_offload.md").write_text(markdown(report))
+    write_atomic(args.out_dir / "engine_offload.json", json.dumps(report, indent=1))
+    write_atomic(args.out_dir / "engine_offload.md", markdown(report))
     print(markdown(report))
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from vllm_fork.core.fs import write_atomic  # noqa: E402
 from vllm_fork.core.git import git  # noqa: E402
 from vllm_fork.upstream.download import fetch  # noqa: E402
 from vllm_fork.upstream.pin import load_pin  # noqa: E402
@@ -173,8 +174,7 @@ def main() -> int:
             "seconds": {"base_install_and_compile": round(t_base, 1), "snapshot_install_diff": round(t_delta, 1)},
             "diff_summary": diff,
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        write_atomic(args.out, json.dumps(result, indent=2) + "\n")
         print(json.dumps(result, indent=2))
     finally:
         if args.keep:

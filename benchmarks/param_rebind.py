@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from vllm_fork.core.fs import write_atomic
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
@@ -92,7 +94,7 @@ def main() -> None:
         "samples_us": {"set_": [round(x, 1) for x in patch], "view_and_assign": [round(x, 1) for x in views]},
         "speedup": median["view_and_assign"] / median["set_"],
     }
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_atomic(args.out, json.dumps(report, indent=1) + "\n")
     print(
         f"one 8B block ({len(unit.places)} parameters): two re-bindings {median['set_']:.1f} us with set_ "
         f"vs {median['view_and_assign']:.1f} us with a view per parameter ({report['speedup']:.1f}x)"

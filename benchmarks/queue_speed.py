@@ -24,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from vllm_fork.core.fs import write_atomic  # noqa: E402
 from vllm_fork.queue import apply as queue  # noqa: E402
 from vllm_fork.queue import check as check_mod  # noqa: E402
 from vllm_fork.queue.series import read_series  # noqa: E402
@@ -94,8 +95,7 @@ def main() -> None:
         "patches": len(patches),
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    write_atomic(args.out, json.dumps(record, indent=2) + "\n")
     print(json.dumps(record, indent=2))
 
 

@@ -37,6 +37,8 @@ sys.path.insert(0, str(HERE))
 import encode_bench as eb  # noqa: E402
 import tower_pipeline as tp  # noqa: E402
 
+from vllm_fork.core.fs import write_atomic  # noqa: E402
+
 
 def host_and_total_ms(run: Callable[[], Any], device: torch.device, iters: int) -> dict[str, float]:
     """Median host issue time and total time of `iters` runs, after two warm-ups."""
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
         report["extra_host_us_per_unit"] = (report["streamed"]["host_ms"] - report["resident"]["host_ms"]) * 1e3 / units
         report["operations"] = operation_costs(streamed, setup.device)
         report["profile"] = profile_top(run, setup.device, 5, 30)
-    eb.write_atomic(args.out, json.dumps(report, indent=1) + "\n")
+    write_atomic(args.out, json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k not in ("profile", "machine")}, indent=1))
     print(report["profile"])
 

@@ -61,6 +61,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 import tower_families as tf  # noqa: E402
 
+from vllm_fork.core.fs import write_atomic  # noqa: E402
+
 # Test hook, read by the child only: the family named here kills its process
 # (SIGKILL) when it starts, as a device-side assert or a segfault would.
 CRASH_ENV = "TOWER_MATRIX_CRASH_IN"
@@ -267,10 +269,10 @@ def write_results(args: argparse.Namespace, rows: list[dict]) -> int:
         "standins": os.environ.get("VLLM_GPU_STANDINS") == "1",
         "rows": rows,
     }
-    _write(args.out_dir / f"{stem}.json", json.dumps(report, indent=2) + "\n")
+    write_atomic(args.out_dir / f"{stem}.json", json.dumps(report, indent=2) + "\n")
     streams = sum(r["status"] == "streams" for r in rows)
     zero = sum(r.get("streamed_param_bytes_on_device") == 0 for r in rows)
-    _write(
+    write_atomic(
         args.out_dir / f"{stem}.md",
         f"# Tower matrix ({args.size}, {report['device']}, {report['dtype']})\n\n"
         f"`{command}`\n\n{tf.markdown_table(rows)}\n"
@@ -278,13 +280,6 @@ def write_results(args: argparse.Namespace, rows: list[dict]) -> int:
         "0 tower parameter bytes on the device between encodes.\n",
     )
     return streams
-
-
-def _write(path: Path, text: str) -> None:
-    """Write through a temp file and rename: never a half-written result."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # -- the child: the families, one row each, to the parent's pipe ----------------

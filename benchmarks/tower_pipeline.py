@@ -68,6 +68,8 @@ import trace_gaps  # noqa: E402
 from vlm_checkpoint import VISION as QWEN3_VL_8B_VISION  # noqa: E402
 from vlm_checkpoint import VISION_QWEN3_2B as QWEN3_VL_2B_VISION  # noqa: E402
 
+from vllm_fork.core.fs import write_atomic  # noqa: E402
+
 MiB = 1 << 20
 Grid = tuple[int, int, int]  # (t, h, w) in patches, before the 2x2 merge
 
@@ -456,7 +458,7 @@ def profile_case(
         with tempfile.TemporaryDirectory() as tmp:
             raw = Path(tmp) / "trace.json"
             prof.export_chrome_trace(str(raw))
-            eb.write_atomic(out_dir / TRACE_NAME, gzip.compress(raw.read_bytes()))
+            write_atomic(out_dir / TRACE_NAME, gzip.compress(raw.read_bytes()))
         summary = trace_gaps.summarize(trace_gaps.load_events(out_dir / TRACE_NAME))
     except Exception as e:  # noqa: BLE001 - recorded in the results
         return {"case": case.name, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
@@ -677,8 +679,8 @@ def save(report: dict[str, Any], setup: Setup, out_dir: Path, budget: Budget) ->
     report["rows"] = [row for name, result in report["towers"].items() for row in rows_of(name, result, setup)]
     report["targets"] = targets(report["rows"])
     markdown = render_markdown(report)
-    eb.write_atomic(out_dir / "tower_pipeline.json", json.dumps(report, indent=2) + "\n")
-    eb.write_atomic(out_dir / "tower_pipeline.md", markdown)
+    write_atomic(out_dir / "tower_pipeline.json", json.dumps(report, indent=2) + "\n")
+    write_atomic(out_dir / "tower_pipeline.md", markdown)
     return markdown
 
 

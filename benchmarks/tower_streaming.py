@@ -34,6 +34,8 @@ from pathlib import Path
 
 import torch
 
+from vllm_fork.core.fs import write_atomic
+
 # The GPU tests' helpers: the Qwen3-VL-8B vision config, building and seeding as vLLM's loader does.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 
@@ -258,10 +260,9 @@ def run_all(args: argparse.Namespace) -> None:
         "results": results,
         "summary": summary,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_atomic(args.out, json.dumps(report, indent=2) + "\n")
     markdown = render_markdown(report)
-    args.out.with_suffix(".md").write_text(markdown)
+    write_atomic(args.out.with_suffix(".md"), markdown)
     print(markdown)
 
 

@@ -61,10 +61,14 @@ def atomic_open(dest: Path, suffix: str = ".tmp") -> Iterator[BinaryIO]:
         yield fh
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path`: a reader sees the old file or the new one, never half."""
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write `data` (text as UTF-8) to `path`: a reader sees the old file or the new one, never half.
+
+    The folder is made if missing (benchmark result folders, for one).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open(path) as fh:
-        fh.write(data)
+        fh.write(data.encode() if isinstance(data, str) else data)
 
 
 def copy_atomic(src: Path, dest: Path) -> None:
