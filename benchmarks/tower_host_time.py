@@ -40,21 +40,26 @@ import tower_pipeline as tp  # noqa: E402
 from vllm_fork.core.fs import write_atomic  # noqa: E402
 
 
+def issue_and_total_s(fn: Callable[[], Any], device: torch.device) -> tuple[float, float]:
+    """One call of `fn` on an idle device: seconds until it returns (host issue), and until the
+    device has done its work."""
+    eb.synchronize(device)
+    start = time.perf_counter()
+    fn()
+    issued = time.perf_counter()
+    eb.synchronize(device)
+    return issued - start, time.perf_counter() - start
+
+
 def host_and_total_ms(run: Callable[[], Any], device: torch.device, iters: int) -> dict[str, float]:
     """Median host issue time and total time of `iters` runs, after two warm-ups."""
     for _ in range(2):
         run()
-    eb.synchronize(device)
     host, total = [], []
     for _ in range(iters):
-        eb.synchronize(device)
-        start = time.perf_counter()
-        run()
-        issued = time.perf_counter()
-        eb.synchronize(device)
-        done = time.perf_counter()
-        host.append((issued - start) * 1e3)
-        total.append((done - start) * 1e3)
+        issue_s, total_s = issue_and_total_s(run, device)
+        host.append(issue_s * 1e3)
+        total.append(total_s * 1e3)
     host.sort()
     total.sort()
     return {"host_ms": host[len(host) // 2], "total_ms": total[len(total) // 2]}
@@ -108,14 +113,9 @@ def operation_costs(streamed: Any, device: torch.device) -> dict[str, Any]:
 
         # Issue alone: a truly asynchronous copy returns in microseconds; a
         # copy the driver stages (pageable memory) blocks for its duration.
-        eb.synchronize(device)
-        start = time.perf_counter()
-        issue_copy()
-        issued = time.perf_counter()
-        eb.synchronize(device)
-        done = time.perf_counter()
-        costs["copy_issue_us"] = (issued - start) * 1e6
-        costs["copy_total_us"] = (done - start) * 1e6
+        issue_s, total_s = issue_and_total_s(issue_copy, device)
+        costs["copy_issue_us"] = issue_s * 1e6
+        costs["copy_total_us"] = total_s * 1e6
         costs["host_is_pinned"] = bool(unit.host.is_pinned())
     return costs
 
