@@ -11,8 +11,13 @@
 #   bash benchmarks/gpu/run.sh bench     # the engine benchmark (memory, latency, the tower alone), the
 #                                        # resident-budget engine test
 #   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
+#   bash benchmarks/gpu/run.sh intree    # the vLLM-tree tests of the patches alone
+#   bash benchmarks/gpu/run.sh qwen3     # the Qwen3-VL eager engine test alone (resident vs streamed)
+# Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
+# PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
+# resident-budget rows, so that a chained call fits in the 600 s a command may take.
 set -uo pipefail
-stage=${1:?usage: run.sh proof|pipeline|matrix|serve|bench|multi}
+[ $# -gt 0 ] || { echo "usage: run.sh STAGE... (proof intree qwen3 pipeline matrix serve bench multi)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
 # The device hands back at most 8 files: whatever the stage wrote goes back as one tarball
@@ -21,19 +26,30 @@ pack_results() { (cd "$OUT" && tar czf /tmp/run-results.tgz . && find . -mindept
   && mv /tmp/run-results.tgz results.tgz); }
 trap pack_results EXIT
 { date -u; cat .gpu/repo/TREE; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.used,memory.total --format=csv
-  df -h /dev/shm; ulimit -l; nproc; free -g; } > "$OUT/machine-$stage.txt" 2>&1
+  df -h /dev/shm; ulimit -l; nproc; free -g; } > "$OUT/machine.txt" 2>&1
 in_repo() { bash .gpu/run.sh bash -c "cd .gpu/repo && $1"; }
 pytest_gpu="python3 -m pytest -p no:cacheprovider -m gpu -q -s -rs"
+intree() {
+  bash .gpu/run.sh bash -c 'cd .gpu/tree && timeout 120 python3 -m pytest -p no:cacheprovider --noconftest -q -rs tests/model_executor/offloader tests/config tests/kernels/attention' 2>&1 | tee "$OUT/gpu-intree-tests.log" | tail -15
+}
+pipeline_budget=${PIPELINE_BUDGET_S:-300}
+for stage in "$@"; do
+echo "== run.sh $stage ($SECONDS s in)"
 case $stage in
+intree) intree ;;
+qwen3)
+  in_repo "timeout 240 $pytest_gpu -k qwen3_vl-eager tests/gpu/test_engine_offload_towers.py" 2>&1 | tee "$OUT/gpu-engine-qwen3-tests.log" | tail -20
+  ;;
 proof)
-  bash .gpu/run.sh bash -c 'cd .gpu/tree && timeout 120 python3 -m pytest -p no:cacheprovider --noconftest -q -rs tests/model_executor/offloader tests/config' 2>&1 | tee "$OUT/gpu-intree-tests.log" | tail -15
+  intree
   in_repo "timeout 440 $pytest_gpu tests/gpu/test_tower_streaming_gpu.py tests/gpu/test_engine_offload_towers.py" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
   ;;
 pipeline)
   in_repo "timeout 90 python3 benchmarks/tower_host_time.py --out $OUT/tower_host_time.json" 2>&1 | tee "$OUT/tower-host-time.log" | tail -40
-  in_repo "timeout 360 python3 benchmarks/tower_pipeline.py --budget-s 300 --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
-  # The same 2B rows with 128 MiB of the tower's first units resident (--offload-towers-resident-gb).
-  in_repo "timeout 120 python3 benchmarks/tower_pipeline.py --towers 2B --lookaheads 1 --resident-gb 0.125 --profile none --budget-s 80 --out-dir $OUT/tower_pipeline_resident" 2>&1 | tee "$OUT/tower-pipeline-resident.log" | tail -20
+  in_repo "timeout $((pipeline_budget + 60)) python3 benchmarks/tower_pipeline.py --budget-s $pipeline_budget --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
+  # The same 2B rows with 128 MiB of the tower's first units resident (--offload-towers-resident-gb);
+  # PIPELINE_RESIDENT_ROWS=0 skips them.
+  [ "${PIPELINE_RESIDENT_ROWS:-1}" = 0 ] || in_repo "timeout 120 python3 benchmarks/tower_pipeline.py --towers 2B --lookaheads 1 --resident-gb 0.125 --profile none --budget-s 80 --out-dir $OUT/tower_pipeline_resident" 2>&1 | tee "$OUT/tower-pipeline-resident.log" | tail -20
   ;;
 matrix)
   in_repo "timeout 560 python3 benchmarks/tower_matrix.py --out-dir $OUT/tower_matrix" 2>&1 | tee "$OUT/tower-matrix.log" | tail -30
@@ -49,5 +65,6 @@ bench)
 multi)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_engine_multi_gpu.py" 2>&1 | tee "$OUT/gpu-multi-gpu-tests.log" | tail -40
   ;;
-*) echo "run.sh: unknown stage $stage (proof, pipeline, matrix, serve, bench, multi)" >&2; exit 2 ;;
+*) echo "run.sh: unknown stage $stage (proof, intree, qwen3, pipeline, matrix, serve, bench, multi)" >&2; exit 2 ;;
 esac
+done

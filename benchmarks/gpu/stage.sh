@@ -17,11 +17,12 @@ if ! ls "$extra"/mistral_common-*.whl >/dev/null 2>&1; then
 fi
 cp "$extra"/*.whl .gpu/wheels/
 rm -rf .gpu/repo .gpu/tree
-mkdir -p .gpu/repo/tests .gpu/tree/tests/model_executor .gpu/tree/tests/config
+mkdir -p .gpu/repo/tests .gpu/tree/tests/model_executor .gpu/tree/tests/config .gpu/tree/tests/kernels/attention
 cp -r tests/gpu .gpu/repo/tests/
 cp -r benchmarks pyproject.toml .gpu/repo/
 rm -rf .gpu/repo/benchmarks/results
 cp -r "$tree/tests/model_executor/offloader" .gpu/tree/tests/model_executor/
 cp "$tree/tests/config/test_mm_processor_cache_shm.py" .gpu/tree/tests/config/
+cp "$tree/tests/kernels/attention/test_mm_encoder_sdpa_host_cu_seqlens.py" .gpu/tree/tests/kernels/attention/
 git -C "$tree" rev-parse HEAD^{tree} > .gpu/repo/TREE
 du -sh .gpu | sed 's/^/stage.sh: /'
