@@ -6,7 +6,8 @@ every microsecond the streamer adds per unit is paid in full. This measures,
 on one tower (2B Qwen3-VL by default) and one small image:
 
 - host issue time (the forward call's return, no sync) and total time (with
-  a device sync), resident and streamed, and the difference per unit;
+  a device sync), resident and streamed, timed interleaved, and the
+  difference per unit;
 - the host cost of each operation the streamer does per unit (re-binding a
   unit's parameters, an event, a stream switch, a non-blocking copy's issue),
   timed in isolation;
@@ -51,18 +52,32 @@ def issue_and_total_s(fn: Callable[[], Any], device: torch.device) -> tuple[floa
     return issued - start, time.perf_counter() - start
 
 
-def host_and_total_ms(run: Callable[[], Any], device: torch.device, iters: int) -> dict[str, float]:
-    """Median host issue time and total time of `iters` runs, after two warm-ups."""
-    for _ in range(2):
-        run()
-    host, total = [], []
-    for _ in range(iters):
-        issue_s, total_s = issue_and_total_s(run, device)
-        host.append(issue_s * 1e3)
-        total.append(total_s * 1e3)
-    host.sort()
-    total.sort()
-    return {"host_ms": host[len(host) // 2], "total_ms": total[len(total) // 2]}
+def host_and_total_ms(
+    runs: dict[str, Callable[[], Any]], device: torch.device, iters: int
+) -> dict[str, dict[str, float]]:
+    """Per name, the median host issue time and total time of `iters` runs.
+
+    The runs are interleaved, each round in turn (the order reversed every
+    other round), after two warm-ups each: these encodes are bound by the host,
+    whose speed drifts, and a resident figure timed minutes before the
+    streamed one once came out 1.4x the same case's in the interleaved matrix.
+    """
+    for run in runs.values():
+        for _ in range(2):
+            run()
+    host: dict[str, list[float]] = {name: [] for name in runs}
+    total: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for round_ in range(iters):
+        for name in names if round_ % 2 == 0 else reversed(names):
+            issue_s, total_s = issue_and_total_s(runs[name], device)
+            host[name].append(issue_s * 1e3)
+            total[name].append(total_s * 1e3)
+    return {name: {"host_ms": _median(host[name]), "total_ms": _median(total[name])} for name in names}
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def per_call_us(fn: Callable[[], Any], iters: int = 2000) -> float:
@@ -98,6 +113,8 @@ def operation_costs(streamed: Any, device: torch.device) -> dict[str, Any]:
     if device.type == "cuda":
         side = torch.cuda.Stream(device)
         costs["event_record_us"] = per_call_us(lambda: torch.cuda.Event().record())
+        reused = torch.cuda.Event()
+        costs["event_rerecord_us"] = per_call_us(lambda: reused.record())
         costs["wait_event_us"] = per_call_us(lambda: side.wait_event(torch.cuda.Event()))
 
         def switch() -> None:
@@ -105,6 +122,13 @@ def operation_costs(streamed: Any, device: torch.device) -> dict[str, Any]:
                 pass
 
         costs["stream_switch_us"] = per_call_us(switch)
+        compute = torch.cuda.current_stream(device)
+
+        def set_stream_there_and_back() -> None:
+            torch.cuda.set_stream(side)
+            torch.cuda.set_stream(compute)
+
+        costs["set_stream_there_and_back_us"] = per_call_us(set_stream_there_and_back)
         costs["current_stream_us"] = per_call_us(lambda: torch.cuda.current_stream(device))
 
         def issue_copy() -> None:
@@ -167,15 +191,15 @@ def main(argv: list[str] | None = None) -> None:
             "case": case.description,
             "lookahead": args.lookahead,
         }
-        report["resident"] = host_and_total_ms(tp.encoder(resident, case, setup, inputs), setup.device, args.iters)
         reference = tp.encoder(resident, case, setup, inputs)()
-        del resident
-        eb.release_memory(setup.device)
-        module = tp.build_tower(setup, args.tower)
+        module = tp.build_tower(setup, args.tower)  # same seed: the same weights
         offloader = tp.stream(module, args.lookahead)
         streamed = offloader.tower_streamer.towers[0]
         run = tp.encoder(module, case, setup, inputs)
-        report["streamed"] = host_and_total_ms(run, setup.device, args.iters)
+        timed = host_and_total_ms(
+            {"resident": tp.encoder(resident, case, setup, inputs), "streamed": run}, setup.device, args.iters
+        )
+        report["resident"], report["streamed"] = timed["resident"], timed["streamed"]
         report["bit_identical"] = tp.identical(run(), reference)
         units = len(streamed.units)
         report["units"] = units
