@@ -67,6 +67,20 @@ def _is_htod(event: dict[str, Any]) -> bool:
     return event.get("cat") == "gpu_memcpy" and "HtoD" in event.get("name", "")
 
 
+def _host_syncs(
+    events: list[dict[str, Any]], device: list[dict[str, Any]], launches: dict[Any, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The host calls that wait for the device: the `*Synchronize` calls, and the
+    launches of copies into pageable host memory (`.tolist()`, `.item()`), which
+    return only when the copy, and all before it on its stream, is done."""
+    waits = [e for e in _spans(events, LAUNCH_CATEGORIES) if "Synchronize" in e.get("name", "")]
+    to_pageable = [
+        e for e in device if e.get("cat") == "gpu_memcpy" and "DtoH (Device -> Pageable)" in e.get("name", "")
+    ]
+    waits += [launch for copy in to_pageable if (launch := launches.get(_correlation(copy))) is not None]
+    return waits
+
+
 def _union_us(intervals: list[tuple[float, float]]) -> float:
     total, end = 0.0, -float("inf")
     for start, stop in sorted(intervals):
@@ -120,7 +134,7 @@ def summarize(events: list[dict[str, Any]], top: int = 8) -> dict[str, Any]:
     compute = [(float(e["ts"]), _end(e)) for e in by_stream.get(compute_stream, [])]
     launches = {_correlation(e): e for e in _spans(events, LAUNCH_CATEGORIES) if _correlation(e) is not None}
     host_ops = _spans(events, HOST_OP_CATEGORIES)
-    syncs = [e for e in _spans(events, LAUNCH_CATEGORIES) if "Synchronize" in e.get("name", "")]
+    syncs = _host_syncs(events, device, launches)
     encodes = sorted(
         (float(e["ts"]), _end(e))
         for e in _spans(events, ("user_annotation",))

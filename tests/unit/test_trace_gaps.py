@@ -1,0 +1,47 @@
+"""benchmarks/trace_gaps.py on two real H200 traces of the same streamed encode (2B Qwen3-VL
+tower, 64-token image, 5 encodes), before and after patch 0003 moved the SDPA ViT wrapper's
+`cu_seqlens` to the host: the per-layer `.tolist()` is a copy into pageable host memory, which
+holds the host until the device is there, and must count as a synchronizing call."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import trace_gaps  # noqa: E402
+
+RUN = ROOT / "benchmarks" / "results" / "gpu-2026-12-02b"
+BEFORE = RUN / "3-pipeline" / "tower_pipeline" / "tower_pipeline_trace.json.gz"
+AFTER = RUN / "4-recheck-f98f7b1" / "tower_pipeline" / "tower_pipeline_trace.json.gz"
+
+
+@pytest.fixture(scope="module")
+def summaries() -> dict[str, dict]:
+    return {
+        name: trace_gaps.summarize(trace_gaps.load_events(path))
+        for name, path in (("before", BEFORE), ("after", AFTER))
+    }
+
+
+def test_copies_into_pageable_memory_count_as_host_syncs(summaries):
+    # 24 `.tolist()` per encode; the ones that found the device behind held the host ~600 us each.
+    assert summaries["before"]["per_encode"]["host_sync_us"] > 1000
+    assert summaries["after"]["per_encode"]["host_sync_us"] == 0
+
+
+def test_the_copy_stream_is_found_with_every_unit_copy(summaries):
+    for summary in summaries.values():
+        copy = next(s for s in summary["streams"] if s["role"] == "copy")
+        # 38 units of the 2B tower per encode, 5 encodes, 776 MiB each.
+        assert copy["copies"] == 190
+        assert copy["htod_bytes"] == pytest.approx(5 * 776.2 * 2**20, rel=0.01)
+
+
+def test_the_report_names_the_sync_time(summaries):
+    text = trace_gaps.render_markdown(summaries["before"])
+    assert "ms in synchronizing calls" in text and "0.00 ms in synchronizing calls" not in text
+    assert "0.00 ms in synchronizing calls" in trace_gaps.render_markdown(summaries["after"])
