@@ -11,7 +11,9 @@ on one tower (2B Qwen3-VL by default) and one small image:
 - the host cost of each operation the streamer does per unit (re-binding a
   unit's parameters, an event, a stream switch, a non-blocking copy's issue),
   timed in isolation;
-- a cProfile of streamed encodes: the functions with the most own time.
+- a cProfile of streamed encodes: the functions with the most own time;
+- on a second streamed copy, a clock on each step of the streamer's hook
+  (entry, exit, re-binding, copy issue, ...): host microseconds per unit.
 
     python3 benchmarks/tower_host_time.py --out benchmarks/results/tower_host_time.json
 
@@ -144,6 +146,100 @@ def operation_costs(streamed: Any, device: torch.device) -> dict[str, Any]:
     return costs
 
 
+class _Clock:
+    """Host microseconds spent in the streamer's per-unit steps, accumulated.
+
+    Installed on the streamer's classes before a tower is wrapped (the hooks
+    capture `_onloaded` when they are installed) and removed after, so only
+    the instrumented tower pays for the clock (a few hundred ns a step).
+    """
+
+    # (class name in tower_streaming, method, step name)
+    STEPS = (
+        ("StreamedUnit", "bind", "bind (re-point a unit's parameters)"),
+        ("_Ring", "acquire", "acquire (wait for the unit's copy)"),
+        ("StreamedTower", "_prefetch", "prefetch (issue the next copies)"),
+        ("_CopyEngine", "copy", "copy (one copy's issue, inside prefetch)"),
+        ("_Ring", "release", "release (mark the slot free)"),
+    )
+
+    def __init__(self) -> None:
+        self.us: dict[str, float] = {}
+        self._saved: list[tuple[type, str, Any]] = []
+
+    def _timed(self, step: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.us[step] = self.us.get(step, 0.0) + (time.perf_counter() - start) * 1e6
+
+        return timed
+
+    def install(self, ts: Any) -> None:
+        for cls_name, method, step in self.STEPS:
+            cls = getattr(ts, cls_name)
+            original = cls.__dict__[method]
+            self._saved.append((cls, method, original))
+            setattr(cls, method, self._timed(step, original))
+        # The hook's context: time its entry and exit apart.
+        cls = ts.StreamedTower
+        original = cls.__dict__["_onloaded"]
+        self._saved.append((cls, "_onloaded", original))
+        clock = self
+
+        class Timed:
+            def __init__(self, cm: Any) -> None:
+                self.cm = cm
+
+            def __enter__(self) -> Any:
+                return clock._timed("hook entry (all of the above but release)", self.cm.__enter__)()
+
+            def __exit__(self, *exc: Any) -> Any:
+                return clock._timed("hook exit (re-bind to the arena, release)", self.cm.__exit__)(*exc)
+
+        cls._onloaded = lambda tower, unit: Timed(original(tower, unit))
+
+    def remove(self) -> None:
+        for cls, method, original in reversed(self._saved):
+            setattr(cls, method, original)
+        self._saved.clear()
+
+
+def streamer_steps_us(setup: Any, tower: str, case: Any, inputs: Any, lookahead: int, encodes: int) -> dict[str, Any]:
+    """Per unit and encode, the host microseconds of each step of the streamer's hook, on a
+    freshly wrapped copy of the tower (the clock's own cost is in the figures)."""
+    from vllm.model_executor.offloader import tower_streaming as ts
+
+    clock = _Clock()
+    module = tp.build_tower(setup, tower)
+    clock.install(ts)
+    try:
+        offloader = tp.stream(module, lookahead)
+    finally:
+        clock.remove()
+    # The hooks keep the timed `_onloaded` they captured; the steps inside are timed again
+    # only around the timed encodes.
+    run = tp.encoder(module, case, setup, inputs)
+    for _ in range(2):
+        run()
+    eb.synchronize(setup.device)
+    clock.us.clear()
+    clock.install(ts)
+    try:
+        for _ in range(encodes):
+            run()
+    finally:
+        clock.remove()
+    eb.synchronize(setup.device)
+    units = len(offloader.tower_streamer.towers[0].units)
+    del module, offloader
+    eb.release_memory(setup.device)
+    per = units * encodes
+    return {"units": units, "encodes": encodes, "us_per_unit": {k: v / per for k, v in sorted(clock.us.items())}}
+
+
 def profile_top(run: Callable[[], Any], device: torch.device, encodes: int, top: int) -> str:
     """cProfile's top functions by own time over `encodes` runs."""
     run()
@@ -206,6 +302,9 @@ def main(argv: list[str] | None = None) -> None:
         report["extra_host_us_per_unit"] = (report["streamed"]["host_ms"] - report["resident"]["host_ms"]) * 1e3 / units
         report["operations"] = operation_costs(streamed, setup.device)
         report["profile"] = profile_top(run, setup.device, 5, 30)
+        del module, offloader, streamed, run
+        eb.release_memory(setup.device)
+        report["streamer_steps"] = streamer_steps_us(setup, args.tower, case, inputs, args.lookahead, args.iters)
     write_atomic(args.out, json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k not in ("profile", "machine")}, indent=1))
     print(report["profile"])
