@@ -13,11 +13,12 @@
 #   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
 #   bash benchmarks/gpu/run.sh intree    # the vLLM-tree tests of the patches alone
 #   bash benchmarks/gpu/run.sh qwen3     # the Qwen3-VL eager engine test alone (resident vs streamed)
+#   bash benchmarks/gpu/run.sh hosttime  # tower_host_time.py alone: the streamer's host time per unit, by step
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
 # PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
 # resident-budget rows, so that a chained call fits in the 600 s a command may take.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: run.sh STAGE... (proof intree qwen3 pipeline matrix serve bench multi)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: run.sh STAGE... (proof intree qwen3 hosttime pipeline matrix serve bench multi)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
 # The device hands back at most 8 files: whatever the stage wrote goes back as one tarball
@@ -32,7 +33,14 @@ pytest_gpu="python3 -m pytest -p no:cacheprovider -m gpu -q -s -rs"
 intree() {
   bash .gpu/run.sh bash -c 'cd .gpu/tree && timeout 120 python3 -m pytest -p no:cacheprovider --noconftest -q -rs tests/model_executor/offloader tests/config tests/kernels/attention' 2>&1 | tee "$OUT/gpu-intree-tests.log" | tail -15
 }
+host_time() {
+  in_repo "timeout 150 python3 benchmarks/tower_host_time.py --out $OUT/tower_host_time.json" 2>&1 | tee "$OUT/tower-host-time.log" | tail -40
+}
 pipeline_budget=${PIPELINE_BUDGET_S:-300}
+stages="proof intree qwen3 hosttime pipeline matrix serve bench multi"
+for stage in "$@"; do  # all names checked before any stage spends device time
+  [[ " $stages " == *" $stage "* ]] || { echo "run.sh: unknown stage $stage ($stages)" >&2; exit 2; }
+done
 for stage in "$@"; do
 echo "== run.sh $stage ($SECONDS s in)"
 case $stage in
@@ -44,8 +52,9 @@ proof)
   intree
   in_repo "timeout 440 $pytest_gpu tests/gpu/test_tower_streaming_gpu.py tests/gpu/test_engine_offload_towers.py" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
   ;;
+hosttime) host_time ;;
 pipeline)
-  in_repo "timeout 90 python3 benchmarks/tower_host_time.py --out $OUT/tower_host_time.json" 2>&1 | tee "$OUT/tower-host-time.log" | tail -40
+  host_time
   in_repo "timeout $((pipeline_budget + 60)) python3 benchmarks/tower_pipeline.py --budget-s $pipeline_budget --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
   # The same 2B rows with 128 MiB of the tower's first units resident (--offload-towers-resident-gb);
   # PIPELINE_RESIDENT_ROWS=0 skips them.
@@ -65,6 +74,5 @@ bench)
 multi)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_engine_multi_gpu.py" 2>&1 | tee "$OUT/gpu-multi-gpu-tests.log" | tail -40
   ;;
-*) echo "run.sh: unknown stage $stage (proof, intree, qwen3, pipeline, matrix, serve, bench, multi)" >&2; exit 2 ;;
 esac
 done

@@ -22,7 +22,7 @@ def test_scripts_parse(script: Path):
 def test_every_path_the_run_script_names_exists():
     text = (ROOT / "benchmarks" / "gpu" / "run.sh").read_text()
     repo_paths = set(re.findall(r"\b((?:tests/gpu|benchmarks)/[\w/]+\.py)\b", text))
-    tree_paths = set(re.findall(r"\b(tests/(?:model_executor/offloader|config))\b", text))
+    tree_paths = set(re.findall(r"\b(tests/(?:model_executor/offloader|config|kernels/attention))\b", text))
     assert {"tests/gpu/test_engine_offload_towers.py", "benchmarks/engine_offload.py"} <= repo_paths
     missing = sorted(p for p in repo_paths if not (ROOT / p).is_file())
     assert missing == [], f"benchmarks/gpu/run.sh runs {missing}, which do not exist"
@@ -32,3 +32,24 @@ def test_every_path_the_run_script_names_exists():
     # stage.sh copies what run.sh runs.
     stage = (ROOT / "benchmarks" / "gpu" / "stage.sh").read_text()
     assert all(p in stage for p in tree_paths)
+
+
+def test_the_run_script_refuses_an_unknown_stage_and_still_packs_its_results(tmp_path: Path):
+    """Stages chain in one call; a typo must stop the call at once, before any stage runs
+    (device time is scarce), and what was written still comes back as results.tgz."""
+    out = tmp_path / "out"
+    out.mkdir()
+    run = ROOT / "benchmarks" / "gpu" / "run.sh"
+    proc = subprocess.run(
+        ["bash", str(run), "intree", "hosttime-typo"],
+        cwd=tmp_path,
+        env={"OUT": str(out), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "unknown stage hosttime-typo" in proc.stderr
+    assert [p.name for p in out.iterdir()] == ["results.tgz"]
+    listing = subprocess.run(["tar", "tzf", str(out / "results.tgz")], capture_output=True, text=True, check=True)
+    assert "./machine.txt" in listing.stdout.split()
