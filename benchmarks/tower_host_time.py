@@ -104,12 +104,16 @@ def copy_issue_us_by_mib(streamed: Any, side: torch.cuda.Stream, device: torch.d
     arena = streamed.arena.host
     most = min(max(sizes_mib) * tp.MiB, arena.numel())
     pinned = torch.empty(most, dtype=torch.uint8, pin_memory=True)
+    huge, unregister = registered_huge_pages(most)
     dest = torch.empty(most, dtype=torch.uint8, device=device)
     compute = torch.cuda.current_stream(device)
     out: dict[str, dict[str, float]] = {}
+    sources = {"registered arena": arena, "caching-allocator pinned": pinned}
+    if huge is not None:
+        sources["registered, huge pages"] = huge
     for mib in sizes_mib:
         nbytes = min(mib * tp.MiB, most)
-        for name, source in (("registered arena", arena), ("caching-allocator pinned", pinned)):
+        for name, source in sources.items():
 
             def issue(source: torch.Tensor = source, nbytes: int = nbytes) -> None:
                 torch.cuda.set_stream(side)
@@ -118,7 +122,27 @@ def copy_issue_us_by_mib(streamed: Any, side: torch.cuda.Stream, device: torch.d
 
             times = sorted(issue_and_total_s(issue, device)[0] * 1e6 for _ in range(15))
             out.setdefault(name, {})[f"{mib} MiB"] = times[len(times) // 2]
+    unregister()
     return out
+
+
+def registered_huge_pages(nbytes: int) -> tuple[torch.Tensor | None, Callable[[], None]]:
+    """`nbytes` of host memory registered as the arena is (cudaHostRegister, portable and
+    mapped), but asked for transparent huge pages first: if the driver's cost to issue a copy
+    grows with the pages it spans, this is the arena to use. (None, no-op) where refused."""
+    import mmap
+
+    from vllm.model_executor.offloader import tower_streaming as ts
+
+    mapping = mmap.mmap(-1, nbytes)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        mapping.madvise(mmap.MADV_HUGEPAGE)
+    host = torch.frombuffer(mapping, dtype=torch.uint8)
+    address = host.data_ptr()
+    cudart = torch.cuda.cudart()
+    if int(cudart.cudaHostRegister(address, nbytes, ts._CUDA_HOST_REGISTER_PORTABLE_MAPPED)) != 0:
+        return None, lambda: None
+    return host, lambda: cudart.cudaHostUnregister(address)
 
 
 def operation_costs(streamed: Any, device: torch.device) -> dict[str, Any]:
@@ -166,6 +190,8 @@ def operation_costs(streamed: Any, device: torch.device) -> dict[str, Any]:
         # copy the driver stages (pageable memory) blocks for its duration.
         costs["copy_issue_us_by_mib"] = copy_issue_us_by_mib(streamed, side, device)
         costs["host_is_pinned"] = bool(unit.host.is_pinned())
+        thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+        costs["transparent_hugepage"] = thp.read_text().strip() if thp.exists() else None
     return costs
 
 
