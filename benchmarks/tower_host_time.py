@@ -128,21 +128,41 @@ def copy_issue_us_by_mib(streamed: Any, side: torch.cuda.Stream, device: torch.d
 
 def registered_huge_pages(nbytes: int) -> tuple[torch.Tensor | None, Callable[[], None]]:
     """`nbytes` of host memory registered as the arena is (cudaHostRegister, portable and
-    mapped), but asked for transparent huge pages first: if the driver's cost to issue a copy
-    grows with the pages it spans, this is the arena to use. (None, no-op) where refused."""
+    mapped), but 2 MiB-aligned and asked for transparent huge pages first: if the driver's
+    cost to issue a copy grows with the pages it spans, this is the arena to use.
+    (None, no-op) where registering is refused or the kernel gave no huge pages."""
     import mmap
 
     from vllm.model_executor.offloader import tower_streaming as ts
 
-    mapping = mmap.mmap(-1, nbytes)
+    huge_page = 2 * tp.MiB
+    mapping = mmap.mmap(-1, nbytes + huge_page)
     if hasattr(mmap, "MADV_HUGEPAGE"):
         mapping.madvise(mmap.MADV_HUGEPAGE)
-    host = torch.frombuffer(mapping, dtype=torch.uint8)
+    whole = torch.frombuffer(mapping, dtype=torch.uint8)
+    start = -whole.data_ptr() % huge_page
+    host = whole[start : start + nbytes]
     address = host.data_ptr()
+    before = anon_huge_pages_kib()
     cudart = torch.cuda.cudart()
     if int(cudart.cudaHostRegister(address, nbytes, ts._CUDA_HOST_REGISTER_PORTABLE_MAPPED)) != 0:
         return None, lambda: None
+    if anon_huge_pages_kib() <= before:  # registering faulted the pages in, none of them huge
+        cudart.cudaHostUnregister(address)
+        return None, lambda: None
     return host, lambda: cudart.cudaHostUnregister(address)
+
+
+def anon_huge_pages_kib() -> int:
+    """This process's anonymous memory on transparent huge pages (0 where not reported)."""
+    try:
+        text = Path("/proc/self/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    return 0
 
 
 def operation_costs(streamed: Any, device: torch.device) -> dict[str, Any]:
