@@ -220,12 +220,14 @@ class _Clock:
     """Host microseconds spent in the streamer's per-unit steps, accumulated.
 
     Installed on the streamer's classes before a tower is wrapped (the hooks
-    capture `_onloaded` when they are installed) and removed after, so only
-    the instrumented tower pays for the clock (a few hundred ns a step).
+    capture `_enter` and `_leave` when they are installed) and removed after,
+    so only the instrumented tower pays for the clock (a few hundred ns a step).
     """
 
     # (class name in tower_streaming, method, step name)
     STEPS = (
+        ("StreamedTower", "_enter", "hook entry (all of the below but release)"),
+        ("StreamedTower", "_leave", "hook exit (re-bind to the arena, release)"),
         ("StreamedUnit", "bind", "bind (re-point a unit's parameters)"),
         ("_Ring", "acquire", "acquire (wait for the unit's copy)"),
         ("StreamedTower", "_prefetch", "prefetch (issue the next copies)"),
@@ -253,23 +255,6 @@ class _Clock:
             original = cls.__dict__[method]
             self._saved.append((cls, method, original))
             setattr(cls, method, self._timed(step, original))
-        # The hook's context: time its entry and exit apart.
-        cls = ts.StreamedTower
-        original = cls.__dict__["_onloaded"]
-        self._saved.append((cls, "_onloaded", original))
-        clock = self
-
-        class Timed:
-            def __init__(self, cm: Any) -> None:
-                self.cm = cm
-
-            def __enter__(self) -> Any:
-                return clock._timed("hook entry (all of the above but release)", self.cm.__enter__)()
-
-            def __exit__(self, *exc: Any) -> Any:
-                return clock._timed("hook exit (re-bind to the arena, release)", self.cm.__exit__)(*exc)
-
-        cls._onloaded = lambda tower, unit: Timed(original(tower, unit))
 
     def remove(self) -> None:
         for cls, method, original in reversed(self._saved):
@@ -289,8 +274,8 @@ def streamer_steps_us(setup: Any, tower: str, case: Any, inputs: Any, lookahead:
         offloader = tp.stream(module, lookahead)
     finally:
         clock.remove()
-    # The hooks keep the timed `_onloaded` they captured; the steps inside are timed again
-    # only around the timed encodes.
+    # The hooks keep the timed `_enter` and `_leave` they captured; the steps inside are
+    # timed again only around the timed encodes.
     run = tp.encoder(module, case, setup, inputs)
     for _ in range(2):
         run()

@@ -166,5 +166,5 @@ def test_host_time_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_pat
     # The clock on the hook's steps: every step ran, per unit, and the entry holds the re-binding.
     steps = report["streamer_steps"]["us_per_unit"]
     assert len(steps) == 7 and all(us > 0 for us in steps.values())
-    entry = steps["hook entry (all of the above but release)"]
+    entry = steps["hook entry (all of the below but release)"]
     assert entry > steps["prefetch (issue the next copies)"] > steps["copy (one copy's issue, inside prefetch)"]
