@@ -17,7 +17,7 @@ import socket
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,11 +113,9 @@ def time_interleaved(
 ) -> dict[str, tuple[Timing, Any, Any]]:
     """Like `time_runs` for several functions at once, their timed runs interleaved.
 
-    Each is warmed up on its own; then every round runs each function once,
-    in turn (the order reversed every other round), so that drift of the
-    machine (a busy host, clocks) falls on all of them alike and their
-    ratio is fair. The number of rounds is set by the slowest warm run.
-    Returns, per name, the timing, the first and the last run's output.
+    Each is warmed up on its own; then they run `interleaved`. The number of
+    rounds is set by the slowest warm run. Returns, per name, the timing, the
+    first and the last run's output.
     """
     first: dict[str, Any] = {}
     last: dict[str, Any] = {}
@@ -129,12 +127,18 @@ def time_interleaved(
                 first[name] = last[name]
         warm_ms = max(warm_ms, one_ms)
     timings = {name: Timing(warmup=max(1, repeats.warmup)) for name in fns}
-    names = list(fns)
-    for round_ in range(repeats.iters_for(warm_ms)):
-        for name in names if round_ % 2 == 0 else reversed(names):
-            ms, last[name] = run_once_ms(fns[name], device)
-            timings[name].times_ms.append(ms)
-    return {name: (timings[name], first[name], last[name]) for name in names}
+    for name in interleaved(list(fns), repeats.iters_for(warm_ms)):
+        ms, last[name] = run_once_ms(fns[name], device)
+        timings[name].times_ms.append(ms)
+    return {name: (timings[name], first[name], last[name]) for name in fns}
+
+
+def interleaved(names: list[str], rounds: int) -> Iterator[str]:
+    """Each name once per round, the order reversed every other round, so that
+    drift of the machine (a busy host, clocks) falls on all of them alike and
+    their ratio is fair."""
+    for round_ in range(rounds):
+        yield from names if round_ % 2 == 0 else reversed(names)
 
 
 def peak_extra_bytes(fn: Callable[[], Any], device: torch.device) -> tuple[int | None, Any]:

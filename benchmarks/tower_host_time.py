@@ -27,6 +27,7 @@ import cProfile
 import io
 import json
 import pstats
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -59,27 +60,23 @@ def host_and_total_ms(
 ) -> dict[str, dict[str, float]]:
     """Per name, the median host issue time and total time of `iters` runs.
 
-    The runs are interleaved, each round in turn (the order reversed every
-    other round), after two warm-ups each: these encodes are bound by the host,
-    whose speed drifts, and a resident figure timed minutes before the
-    streamed one once came out 1.4x the same case's in the interleaved matrix.
+    The runs are `eb.interleaved`, after two warm-ups each: these encodes are
+    bound by the host, whose speed drifts, and a resident figure timed minutes
+    before the streamed one once came out 1.4x the same case's in the
+    interleaved matrix.
     """
     for run in runs.values():
         for _ in range(2):
             run()
     host: dict[str, list[float]] = {name: [] for name in runs}
     total: dict[str, list[float]] = {name: [] for name in runs}
-    names = list(runs)
-    for round_ in range(iters):
-        for name in names if round_ % 2 == 0 else reversed(names):
-            issue_s, total_s = issue_and_total_s(runs[name], device)
-            host[name].append(issue_s * 1e3)
-            total[name].append(total_s * 1e3)
-    return {name: {"host_ms": _median(host[name]), "total_ms": _median(total[name])} for name in names}
-
-
-def _median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
+    for name in eb.interleaved(list(runs), iters):
+        issue_s, total_s = issue_and_total_s(runs[name], device)
+        host[name].append(issue_s * 1e3)
+        total[name].append(total_s * 1e3)
+    return {
+        name: {"host_ms": statistics.median(host[name]), "total_ms": statistics.median(total[name])} for name in runs
+    }
 
 
 def per_call_us(fn: Callable[[], Any], iters: int = 2000) -> float:
@@ -121,8 +118,8 @@ def copy_issue_us_by_mib(streamed: Any, side: torch.cuda.Stream, device: torch.d
                 dest[:nbytes].copy_(source[:nbytes], non_blocking=True)
                 torch.cuda.set_stream(compute)
 
-            times = sorted(issue_and_total_s(issue, device)[0] * 1e6 for _ in range(15))
-            out.setdefault(name, {})[f"{mib} MiB"] = times[len(times) // 2]
+            times = [issue_and_total_s(issue, device)[0] * 1e6 for _ in range(15)]
+            out.setdefault(name, {})[f"{mib} MiB"] = statistics.median(times)
     unregister()
     return out
 

@@ -18,7 +18,8 @@
 # PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
 # resident-budget rows, so that a chained call fits in the 600 s a command may take.
 set -uo pipefail
-[ $# -gt 0 ] || { echo "usage: run.sh STAGE... (proof intree qwen3 hosttime pipeline matrix serve bench multi)" >&2; exit 2; }
+stages="proof intree qwen3 hosttime pipeline matrix serve bench multi"
+[ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
 # The device hands back at most 8 files: whatever the stage wrote goes back as one tarball
@@ -37,7 +38,6 @@ host_time() {
   in_repo "timeout 150 python3 benchmarks/tower_host_time.py --out $OUT/tower_host_time.json" 2>&1 | tee "$OUT/tower-host-time.log" | tail -40
 }
 pipeline_budget=${PIPELINE_BUDGET_S:-300}
-stages="proof intree qwen3 hosttime pipeline matrix serve bench multi"
 for stage in "$@"; do  # all names checked before any stage spends device time
   [[ " $stages " == *" $stage "* ]] || { echo "run.sh: unknown stage $stage ($stages)" >&2; exit 2; }
 done
