@@ -228,7 +228,8 @@ class _Clock:
         ("StreamedUnit", "bind", "bind (re-point a unit's parameters)"),
         ("_Ring", "acquire", "acquire (wait for the unit's copy)"),
         ("StreamedTower", "_prefetch", "prefetch (issue the next copies)"),
-        ("_CopyEngine", "copy", "copy (one copy's issue, inside prefetch)"),
+        # `_Ring.fill` issues a unit's copy (on the CPU, makes it), unless issued already.
+        ("_Ring", "fill", "fill (a copy's issue, unless issued: prefetch, acquire)"),
         ("_Ring", "release", "release (mark the slot free)"),
     )
 

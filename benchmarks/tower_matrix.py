@@ -271,13 +271,16 @@ def write_results(args: argparse.Namespace, rows: list[dict]) -> int:
     }
     write_atomic(args.out_dir / f"{stem}.json", json.dumps(report, indent=2) + "\n")
     streams = sum(r["status"] == "streams" for r in rows)
-    zero = sum(r.get("streamed_param_bytes_on_device") == 0 for r in rows)
+    only_kept = sum(
+        "kept_resident_bytes" in r and r.get("streamed_param_bytes_on_device") == r["kept_resident_bytes"] for r in rows
+    )
     write_atomic(
         args.out_dir / f"{stem}.md",
         f"# Tower matrix ({args.size}, {report['device']}, {report['dtype']})\n\n"
         f"`{command}`\n\n{tf.markdown_table(rows)}\n"
-        f"{streams} of {len(rows)} families stream bit-identically; {zero} with "
-        "0 tower parameter bytes on the device between encodes.\n",
+        f"{streams} of {len(rows)} families stream bit-identically; {only_kept} with "
+        "no tower parameter bytes on the device between encodes but the units too small "
+        "to stream (kept_resident_bytes).\n",
     )
     return streams
 

@@ -95,8 +95,12 @@ def test_tiny_tower_streams_bit_identically(vllm_state, family: tf.TowerFamily):
     assert streamer is not None
     streamed_params = {id(p) for t in streamer.towers for u in t.units for p in (pl.param for pl in u.places)}
     # The whole of every tower is streamed but token-embedding tables, which stay resident
-    # (read at every decoding step; Phi-3-vision marks its `embed_tokens` as a tower).
-    assert streamed_params == {id(p) for t in towers.values() for p in tf.streamable_parameters(t)}
+    # (read at every decoding step; Phi-3-vision marks its `embed_tokens` as a tower), and
+    # the units too small to stream (under 1/64 of a block), which the streamer reports.
+    streamable = {id(p): p for t in towers.values() for p in tf.streamable_parameters(t)}
+    assert streamed_params <= streamable.keys()
+    kept = sum(p.nbytes for i, p in streamable.items() if i not in streamed_params)
+    assert kept == sum(streamer.kept_resident.values())
 
     for _ in range(3):
         tf.check_bit_identical(tf.encode(family, host, inputs), reference)

@@ -142,7 +142,9 @@ def test_a_resident_budget_streams_fewer_bytes_bit_identically(vllm_tree: Path, 
         "0.0002",  # about 210 KB: a few of the tiny tower's first units
     )
     before, after = full["towers"]["2B"]["streamed"]["1"], kept["towers"]["2B"]["streamed"]["1"]
-    assert before["kept_resident_mib"] == 0 < after["kept_resident_mib"] <= 0.0002 * 1024
+    # Without a budget only the units too small to stream (the mergers' norms) stay.
+    assert 0 < before["kept_resident_mib"] < after["kept_resident_mib"]
+    assert after["kept_resident_mib"] <= before["kept_resident_mib"] + 0.0002 * 1024
     assert after["units"] < before["units"]
     assert after["arena_mib"] < before["arena_mib"]
     assert all(r["status"] == "ok" and r["bit_identical"] is True for r in kept["rows"])
@@ -167,4 +169,5 @@ def test_host_time_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_pat
     steps = report["streamer_steps"]["us_per_unit"]
     assert len(steps) == 7 and all(us > 0 for us in steps.values())
     entry = steps["hook entry (all of the below but release)"]
-    assert entry > steps["prefetch (issue the next copies)"] > steps["copy (one copy's issue, inside prefetch)"]
+    assert entry > steps["prefetch (issue the next copies)"]
+    assert entry > steps["fill (a copy's issue, unless issued: prefetch, acquire)"]

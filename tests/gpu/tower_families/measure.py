@@ -127,6 +127,8 @@ def measure_family(
     outputs, streamed_times = _timed_encodes(family, host, inputs, device, repeats)
     row["streamed_encode_s"] = min(streamed_times)
     row["streamed_param_bytes_on_device"] = param_bytes_on_device(host, offloader)
+    # The units too small to stream (norms split off mergers) stay on the device.
+    row["kept_resident_bytes"] = sum(streamer.kept_resident.values())
     row["bit_identical"] = bit_identical(outputs, reference)
     row["max_abs_diff"] = max_abs_diff(outputs, reference)
     row["device_properties_streamed"] = device_properties(host, towers)
