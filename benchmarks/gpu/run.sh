@@ -14,11 +14,12 @@
 #   bash benchmarks/gpu/run.sh intree    # the vLLM-tree tests of the patches alone
 #   bash benchmarks/gpu/run.sh qwen3     # the Qwen3-VL eager engine test alone (resident vs streamed)
 #   bash benchmarks/gpu/run.sh hosttime  # tower_host_time.py alone: the streamer's host time per unit, by step
+#   bash benchmarks/gpu/run.sh graph     # tower_graph.py: single images, resident vs streamed, both CUDA graphs
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
 # PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
 # resident-budget rows, so that a chained call fits in the 600 s a command may take.
 set -uo pipefail
-stages="proof intree qwen3 hosttime pipeline matrix serve bench multi"
+stages="proof intree qwen3 hosttime graph pipeline matrix serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -53,6 +54,9 @@ proof)
   in_repo "timeout 440 $pytest_gpu tests/gpu/test_tower_streaming_gpu.py tests/gpu/test_engine_offload_towers.py" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
   ;;
 hosttime) host_time ;;
+graph)
+  in_repo "timeout 400 python3 benchmarks/tower_graph.py --out-dir $OUT/tower_graph" 2>&1 | tee "$OUT/tower-graph.log" | tail -25
+  ;;
 pipeline)
   host_time
   in_repo "timeout $((pipeline_budget + 60)) python3 benchmarks/tower_pipeline.py --budget-s $pipeline_budget --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30

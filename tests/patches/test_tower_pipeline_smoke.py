@@ -171,3 +171,18 @@ def test_host_time_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_pat
     entry = steps["hook entry (all of the below but release)"]
     assert entry > steps["prefetch (issue the next copies)"]
     assert entry > steps["fill (a copy's issue, unless issued: prefetch, acquire)"]
+
+
+def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: Path) -> None:
+    """benchmarks/tower_graph.py --smoke: both towers, the single images, eager stand-ins for
+    the replays (the CPU has no graphs); one-sequence metadata computes what the eager encode does."""
+    run_on_cpu(REPO / "benchmarks" / "tower_graph.py", vllm_tree, "--out-dir", str(tmp_path))
+    report = json.loads((tmp_path / "tower_graph.json").read_text())
+    assert report["smoke"] is True and sorted(report["towers"]) == ["2B", "8B"]
+    for data in report["towers"].values():
+        assert [r["case"] for r in data["rows"]] == [f"image-{n}" for n in (64, 256, 1024, 2223)]
+        for row in data["rows"]:
+            assert row["bit_identical_to_resident_graph"] is True
+            assert row["resident_graph_equals_eager"] is True
+            assert row["streamed_over_max_resident_floor"] > 0
+    assert "Smoke run" in (tmp_path / "tower_graph.md").read_text()
