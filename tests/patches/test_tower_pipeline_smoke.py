@@ -167,7 +167,10 @@ def test_host_time_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_pat
     assert "tower_streaming.py" in report["profile"]
     # The clock on the hook's steps: every step ran, per unit, and the entry holds the re-binding.
     steps = report["streamer_steps"]["us_per_unit"]
-    assert len(steps) == 7 and all(us > 0 for us in steps.values())
+    assert all(us > 0 for us in steps.values())
+    assert {"hook entry (all of the below but release)", "acquire (wait for the unit's copy)"} <= steps.keys()
+    # This tree runs units from the ring on parameters made on their slots.
+    assert {"swap in (the slot's parameters into the unit's modules)", "swap out (the unit's own parameters back)"} <= steps.keys()
     entry = steps["hook entry (all of the below but release)"]
     assert entry > steps["prefetch (issue the next copies)"]
     assert entry > steps["fill (a copy's issue, unless issued: prefetch, acquire)"]
