@@ -25,16 +25,24 @@ cp -r "$tree/tests/model_executor/offloader" .gpu/tree/tests/model_executor/
 cp "$tree/tests/config/test_mm_processor_cache_shm.py" .gpu/tree/tests/config/
 cp "$tree/tests/kernels/attention/test_mm_encoder_sdpa_host_cu_seqlens.py" .gpu/tree/tests/kernels/attention/
 git -C "$tree" rev-parse HEAD^{tree} > .gpu/repo/TREE
-# AB_BASE=<rev of build/vllm>: the base's version of every file under vllm/ that changed since,
-# for `run.sh ab` (base and current alternated on one machine: the lent host's speed drifts
-# from call to call by more than most changes are worth). Modified files only.
+# AB_BASE=<rev of build/vllm, or another patched tree's directory, e.g. main's build/vllm>: the
+# base's version of every file under vllm/ that differs, for `run.sh ab` (base and current
+# alternated on one machine: the lent host's speed drifts from call to call by more than most
+# changes are worth). Files in both trees only.
 rm -rf .gpu/ab-base
 if [ -n "${AB_BASE:-}" ]; then
   mkdir -p .gpu/ab-base
-  git -C "$tree" diff --name-only --diff-filter=M "$AB_BASE" HEAD -- vllm/ > .gpu/ab-base/FILES
+  if [ -d "$AB_BASE" ]; then
+    (cd "$tree" && git ls-files vllm/) | while read -r path; do
+      [ -f "$AB_BASE/$path" ] && ! cmp -s "$AB_BASE/$path" "$tree/$path" && echo "$path"
+    done > .gpu/ab-base/FILES
+  else
+    git -C "$tree" diff --name-only --diff-filter=M "$AB_BASE" HEAD -- vllm/ > .gpu/ab-base/FILES
+  fi
   while read -r path; do
     mkdir -p ".gpu/ab-base/$(dirname "$path")"
-    git -C "$tree" show "$AB_BASE:$path" > ".gpu/ab-base/$path"
+    if [ -d "$AB_BASE" ]; then cp "$AB_BASE/$path" ".gpu/ab-base/$path"
+    else git -C "$tree" show "$AB_BASE:$path" > ".gpu/ab-base/$path"; fi
   done < .gpu/ab-base/FILES
   echo "stage.sh: AB_BASE $AB_BASE: $(wc -l < .gpu/ab-base/FILES) file(s) for run.sh ab"
 fi
