@@ -10,7 +10,7 @@ graph's memory pool.
 For each single-image case of tower_pipeline.py on the 2B- and 8B-sized Qwen3-VL towers
 (built as vLLM builds them, random bf16 weights), this captures one graph of the tower's
 forward with the encoder metadata vLLM's graph path passes (`prepare_encoder_metadata`),
-resident and streamed (vLLM's `PrefetchOffloader(offload_towers=True)`, lookahead 1), and
+resident and streamed (vLLM's `PrefetchOffloader(offload_towers=True)`, lookahead 1, 2 and 3), and
 times their replays interleaved (CUDA events; medians), with the H2D floor of the same run.
 One image is one attention sequence, so `cu_seqlens` is None and the SDPA wrapper needs no
 host split sizes (with them it refuses a capture: patch 0003). Per case: resident and
@@ -47,7 +47,6 @@ from vllm_fork.core.fs import write_atomic  # noqa: E402
 
 MiB = 1 << 20
 SINGLE_TOKENS = (64, 256, 1024, 2223)
-LOOKAHEAD = 1
 
 
 def metadata(module: torch.nn.Module, grid: tp.Grid) -> dict[str, Any]:
@@ -75,16 +74,28 @@ def replayer(run: Callable[[], torch.Tensor], device: torch.device) -> Callable[
         graph.replay()
         return out
 
-    replay.graph = graph  # type: ignore[attr-defined]  # keeps the graph alive with the function
+    # The graph and the tensors `run` reads outside it (the encoder metadata) live as long
+    # as the function: freed, their memory would be reused and the replays would read it.
+    replay.graph = graph  # type: ignore[attr-defined]
+    replay.run = run  # type: ignore[attr-defined]
     return replay
 
 
-def measure_tower(tower: str, setup: tp.Setup) -> dict[str, Any]:
-    """Every single-image case on one tower: eager resident, graphs resident and streamed."""
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest elementwise difference of two outputs (0.0: bit-identical but for signed zeros)."""
+    return (a.float() - b.float()).abs().max().item()
+
+
+def measure_tower(tower: str, setup: tp.Setup, lookaheads: tuple[int, ...]) -> dict[str, Any]:
+    """Every single-image case on one tower: eager resident, graphs resident and streamed
+    (one streamed tower per lookahead)."""
     resident = tp.build_tower(setup, tower)
-    streamed_module = tp.build_tower(setup, tower)  # same seed, same weights
-    offloader = tp.stream(streamed_module, LOOKAHEAD)
-    streamed = offloader.tower_streamer.towers[0]
+    streamed_modules = {}
+    for lookahead in lookaheads:
+        module = tp.build_tower(setup, tower)  # same seed, same weights
+        streamed_modules[lookahead] = (module, tp.stream(module, lookahead))
+    first_module, first_offloader = streamed_modules[lookaheads[0]]
+    streamed = first_offloader.tower_streamer.towers[0]
     floor = tp.h2d_floor(streamed, setup)
     floor_ms = floor["bulk_pinned"]["median_ms"]
     vision = setup.vision(tower)
@@ -104,12 +115,35 @@ def measure_tower(tower: str, setup: tp.Setup) -> dict[str, Any]:
 
         with torch.inference_mode():
             eager = resident(x, [list(grid)])
-        runs = {
-            "resident": replayer(encode(resident, metadata(resident, grid)), setup.device),
-            "streamed": replayer(encode(streamed_module, metadata(streamed_module, grid)), setup.device),
-        }
+        # The same encode eagerly with the graph path's metadata (cu_seqlens None):
+        # tells a difference of the graph from one of the metadata.
+        eager_md = encode(resident, metadata(resident, grid))()
+        streamed_eager_md = {la: encode(m, metadata(m, grid))() for la, (m, _) in streamed_modules.items()}
+        runs = {"resident": replayer(encode(resident, metadata(resident, grid)), setup.device)}
+        for lookahead, (module, _) in streamed_modules.items():
+            runs[f"streamed-{lookahead}"] = replayer(encode(module, metadata(module, grid)), setup.device)
         timed = eb.time_interleaved(runs, setup.device, setup.repeats)
-        r_ms, s_ms = timed["resident"][0].median_ms, timed["streamed"][0].median_ms
+        resident_out = timed["resident"][2].clone()
+        r_ms = timed["resident"][0].median_ms
+        streamed_rows = {}
+        for lookahead in lookaheads:
+            name = f"streamed-{lookahead}"
+            s_ms = timed[name][0].median_ms
+            out = timed[name][2].clone()
+            streamed_rows[lookahead] = {
+                "graph": timed[name][0].as_dict(),
+                "over_max_resident_floor": s_ms / max(r_ms, floor_ms),
+                "h2d_gb_per_s": eb.gb_per_s(floor["bytes"], s_ms),
+                "bit_identical_to_resident_graph": torch.equal(out, resident_out),
+                "max_abs_diff_to_resident_graph": max_abs_diff(out, resident_out),
+                "eager_bit_identical_to_resident_eager": torch.equal(streamed_eager_md[lookahead], eager_md),
+                "graph_equals_own_eager": torch.equal(out, streamed_eager_md[lookahead]),
+            }
+        # A replay again: is a graph's output the same every replay?
+        runs["resident"]()
+        if setup.device.type == "cuda":
+            torch.cuda.synchronize(setup.device)
+        best = min(lookaheads, key=lambda la: streamed_rows[la]["over_max_resident_floor"])
         rows.append(
             {
                 "tower": tower,
@@ -117,13 +151,22 @@ def measure_tower(tower: str, setup: tp.Setup) -> dict[str, Any]:
                 "description": case.description,
                 "tokens": setup.tokens(case),
                 "resident_graph": timed["resident"][0].as_dict(),
-                "streamed_graph": timed["streamed"][0].as_dict(),
+                "streamed": {str(la): row for la, row in streamed_rows.items()},
+                "best_lookahead": best,
+                # The best lookahead's figures, as the table's columns.
+                "streamed_graph": streamed_rows[best]["graph"],
                 "floor_ms": floor_ms,
-                "streamed_over_max_resident_floor": s_ms / max(r_ms, floor_ms),
+                "streamed_over_max_resident_floor": streamed_rows[best]["over_max_resident_floor"],
                 "bound": "copy" if floor_ms > r_ms else "compute",
-                "streamed_h2d_gb_per_s": eb.gb_per_s(floor["bytes"], s_ms),
-                "bit_identical_to_resident_graph": torch.equal(timed["streamed"][2], timed["resident"][2]),
-                "resident_graph_equals_eager": torch.equal(timed["resident"][2], eager),
+                "streamed_h2d_gb_per_s": streamed_rows[best]["h2d_gb_per_s"],
+                "bit_identical_to_resident_graph": all(
+                    r["bit_identical_to_resident_graph"] for r in streamed_rows.values()
+                ),
+                "resident_graph_equals_eager": torch.equal(resident_out, eager),
+                "resident_graph_equals_eager_md": torch.equal(resident_out, eager_md),
+                "eager_md_equals_eager": torch.equal(eager_md, eager),
+                "max_abs_diff_eager_md_to_eager": max_abs_diff(eager_md, eager),
+                "resident_replays_repeat": torch.equal(timed["resident"][2], resident_out),
             }
         )
         del runs, timed
@@ -134,9 +177,27 @@ def measure_tower(tower: str, setup: tp.Setup) -> dict[str, Any]:
         "h2d": floor,
         "rows": rows,
     }
-    del resident, streamed_module, offloader, streamed
+    del resident, streamed_modules, first_module, first_offloader, streamed
     eb.release_memory(setup.device)
     return result
+
+
+def diffs(row: dict[str, Any]) -> str:
+    """Where a row is not bit-identical: which outputs differ, by how much."""
+    notes = [
+        f"L{la}: graph vs resident graph {s['max_abs_diff_to_resident_graph']:.3g}"
+        + ("" if s["eager_bit_identical_to_resident_eager"] else ", eager streamed vs eager resident differ")
+        + ("" if s["graph_equals_own_eager"] else ", graph vs its eager differ")
+        for la, s in row["streamed"].items()
+        if not s["bit_identical_to_resident_graph"]
+    ]
+    if not row["eager_md_equals_eager"]:
+        notes.append(f"eager without cu_seqlens vs with: {row['max_abs_diff_eager_md_to_eager']:.3g}")
+    if not row["resident_graph_equals_eager_md"]:
+        notes.append("resident graph vs its eager differ")
+    if not row["resident_replays_repeat"]:
+        notes.append("resident replays differ")
+    return "; ".join(notes) or "0"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -146,7 +207,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"Command: `{report['command']}`",
         "",
         f"{report['machine']['device']}, torch {report['machine']['torch']}; {report['when']}; "
-        f"{report['wall_s']:.1f} s; lookahead {report['lookahead']}.",
+        f"{report['wall_s']:.1f} s; lookaheads {', '.join(map(str, report['lookaheads']))} "
+        "(the table gives the best one per row).",
         "",
         "Both encodes captured as CUDA graphs (after one eager run) and replayed interleaved; "
         "times are medians of CUDA-event-timed replays. Ratio = streamed / max(resident, H2D floor)."
@@ -155,8 +217,9 @@ def markdown(report: dict[str, Any]) -> str:
         ),
         "",
         "| tower | input | resident graph (ms) | streamed graph (ms) | H2D floor (ms) | ratio | bound "
-        "| streamed H2D (GB/s) | bit-identical (to the resident graph; resident graph = eager) |",
-        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+        "| lookahead | streamed H2D (GB/s) | bit-identical (streamed graph = resident graph, every lookahead; "
+        "resident graph = eager resident) | max abs diff |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |",
     ]
     for tower, data in report["towers"].items():
         for r in data["rows"]:
@@ -164,8 +227,9 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {tower} | {r['description']} | {r['resident_graph']['median_ms']:.2f} | "
                 f"{r['streamed_graph']['median_ms']:.2f} | {r['floor_ms']:.2f} | "
                 f"**{r['streamed_over_max_resident_floor']:.2f}** | {r['bound']} | "
-                f"{r['streamed_h2d_gb_per_s']:.1f} | {'yes' if r['bit_identical_to_resident_graph'] else 'NO'}; "
-                f"{'yes' if r['resident_graph_equals_eager'] else 'no'} |"
+                f"{r['best_lookahead']} | {r['streamed_h2d_gb_per_s']:.1f} | "
+                f"{'yes' if r['bit_identical_to_resident_graph'] else 'NO'}; "
+                f"{'yes' if r['resident_graph_equals_eager'] else 'no'} | {diffs(r)} |"
             )
     rows = [r for data in report["towers"].values() for r in data["rows"]]
     within = sum(r["streamed_over_max_resident_floor"] <= 1.10 for r in rows)
@@ -178,6 +242,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out-dir", type=Path, required=True)
     parser.add_argument("--smoke", action="store_true", help="tiny towers on the CPU, no graphs")
     parser.add_argument("--towers", default=",".join(tp.TOWERS))
+    parser.add_argument("--lookaheads", default="1,2,3")
     parser.add_argument("--target-ms", type=float, default=400.0)
     parser.add_argument("--copy-iters", type=int, default=20)
     return parser.parse_args(argv)
@@ -197,19 +262,20 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit("tower_graph.py needs a CUDA GPU (--smoke runs the code paths on the CPU)")
         repeats = eb.Repeats(2, args.target_ms, 10, 60)
         setup = tp.Setup(torch.device("cuda"), torch.bfloat16, False, repeats, args.copy_iters)
+    lookaheads = tuple(int(la) for la in args.lookaheads.split(","))
     start = time.monotonic()
     report: dict[str, Any] = {
         "command": shlex.join(["python3", *sys.argv]),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": eb.machine(setup.device),
         "smoke": setup.smoke,
-        "lookahead": LOOKAHEAD,
+        "lookaheads": lookaheads,
         "towers": {},
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
     with tp.tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         for tower in args.towers.split(","):
-            report["towers"][tower] = measure_tower(tower, setup)
+            report["towers"][tower] = measure_tower(tower, setup, lookaheads)
             report["wall_s"] = time.monotonic() - start
             write_atomic(args.out_dir / "tower_graph.json", json.dumps(report, indent=2) + "\n")
     write_atomic(args.out_dir / "tower_graph.md", markdown(report))
