@@ -224,8 +224,11 @@ class _Clock:
     # (class name in tower_streaming, method, step name)
     STEPS = (
         ("StreamedTower", "_enter", "hook entry (all of the below but release)"),
-        ("StreamedTower", "_leave", "hook exit (re-bind to the arena, release)"),
+        ("StreamedTower", "_leave", "hook exit (the parameters back, release)"),
         ("StreamedUnit", "bind", "bind (re-point a unit's parameters)"),
+        # Trees that run a unit from a slot on parameters made there (no `bind`).
+        ("StreamedUnit", "swap_in", "swap in (the slot's parameters into the unit's modules)"),
+        ("StreamedUnit", "swap_out", "swap out (the unit's own parameters back)"),
         ("_Ring", "acquire", "acquire (wait for the unit's copy)"),
         ("StreamedTower", "_prefetch", "prefetch (issue the next copies)"),
         # `_Ring.fill` issues a unit's copy (on the CPU, makes it), unless issued already.
@@ -248,9 +251,12 @@ class _Clock:
         return timed
 
     def install(self, ts: Any) -> None:
+        """Clock every step the tree has (an A/B may pit trees with different steps)."""
         for cls_name, method, step in self.STEPS:
             cls = getattr(ts, cls_name)
-            original = cls.__dict__[method]
+            original = cls.__dict__.get(method)
+            if original is None:
+                continue
             self._saved.append((cls, method, original))
             setattr(cls, method, self._timed(step, original))
 

@@ -14,13 +14,14 @@
 #   bash benchmarks/gpu/run.sh intree    # the vLLM-tree tests of the patches alone
 #   bash benchmarks/gpu/run.sh qwen3     # the Qwen3-VL eager engine test alone (resident vs streamed)
 #   bash benchmarks/gpu/run.sh hosttime  # tower_host_time.py alone: the streamer's host time per unit, by step
+#   bash benchmarks/gpu/run.sh graph     # tower_graph.py: single images, resident vs streamed, both CUDA graphs
 #   bash benchmarks/gpu/run.sh ab        # tower_host_time.py on the AB_BASE files (stage.sh) and on the
 #                                        # current tree, alternated AB_ROUNDS (default 3) times
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
 # PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
 # resident-budget rows, so that a chained call fits in the 600 s a command may take.
 set -uo pipefail
-stages="proof intree qwen3 hosttime ab pipeline matrix serve bench multi"
+stages="proof intree qwen3 hosttime ab graph pipeline matrix serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -55,15 +56,20 @@ proof)
   in_repo "timeout 440 $pytest_gpu tests/gpu/test_tower_streaming_gpu.py tests/gpu/test_engine_offload_towers.py" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
   ;;
 hosttime) host_time ;;
+graph)
+  in_repo "timeout 400 python3 benchmarks/tower_graph.py --out-dir $OUT/tower_graph" 2>&1 | tee "$OUT/tower-graph.log" | tail -25
+  ;;
 ab)
   [ -f .gpu/ab-base/FILES ] || { echo "run.sh ab: stage with AB_BASE=<rev> first" >&2; exit 2; }
   mkdir -p "$OUT/ab"
   for round in $(seq "${AB_ROUNDS:-3}"); do for side in base current; do
     # .gpu/run.sh unpacks the current tree afresh each call; the base's files go over it.
     overlay=""
-    [ "$side" = base ] && overlay='while read -r f; do cp "../ab-base/$f" "/tmp/gpu-vllm/$f"; done < ../ab-base/FILES;'
+    [ "$side" = base ] && overlay='set -e; while read -r f; do cp "../ab-base/$f" "/tmp/gpu-vllm/$f"; done < ../ab-base/FILES; set +e;'
     in_repo "$overlay timeout 150 python3 benchmarks/tower_host_time.py --out $OUT/ab/$side-$round.json" > "$OUT/ab/$side-$round.log" 2>&1
-    python3 -c "import json; d = json.load(open('$OUT/ab/$side-$round.json')); print('$side', $round, d['units'], 'units; resident', round(d['resident']['total_ms'], 2), 'ms, streamed', round(d['streamed']['total_ms'], 2), 'ms, extra host per unit', round(d['extra_host_us_per_unit'], 1), 'us')" 2>&1 | tee -a "$OUT/ab/summary.txt"
+    # The host's speed drifts by 2x between runs; the hook's work other than the copy issue,
+    # as a multiple of the copy issue on the same run, does not (1.97-2.00x in three runs).
+    python3 benchmarks/gpu/ab_summary.py "$side" "$round" "$OUT/ab/$side-$round.json" 2>&1 | tee -a "$OUT/ab/summary.txt"
   done; done
   ;;
 pipeline)

@@ -33,8 +33,9 @@ rm -rf .gpu/ab-base
 if [ -n "${AB_BASE:-}" ]; then
   mkdir -p .gpu/ab-base
   if [ -d "$AB_BASE" ]; then
+    # An `if`, not `&&`: under `set -e` a last path that does not differ would end the script.
     (cd "$tree" && git ls-files vllm/) | while read -r path; do
-      [ -f "$AB_BASE/$path" ] && ! cmp -s "$AB_BASE/$path" "$tree/$path" && echo "$path"
+      if [ -f "$AB_BASE/$path" ] && ! cmp -s "$AB_BASE/$path" "$tree/$path"; then echo "$path"; fi
     done > .gpu/ab-base/FILES
   else
     git -C "$tree" diff --name-only --diff-filter=M "$AB_BASE" HEAD -- vllm/ > .gpu/ab-base/FILES

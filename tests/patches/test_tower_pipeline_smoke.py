@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -167,7 +168,43 @@ def test_host_time_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_pat
     assert "tower_streaming.py" in report["profile"]
     # The clock on the hook's steps: every step ran, per unit, and the entry holds the re-binding.
     steps = report["streamer_steps"]["us_per_unit"]
-    assert len(steps) == 7 and all(us > 0 for us in steps.values())
+    assert all(us > 0 for us in steps.values())
+    assert {"hook entry (all of the below but release)", "acquire (wait for the unit's copy)"} <= steps.keys()
+    # This tree runs units from the ring on parameters made on their slots.
+    assert {
+        "swap in (the slot's parameters into the unit's modules)",
+        "swap out (the unit's own parameters back)",
+    } <= steps.keys()
     entry = steps["hook entry (all of the below but release)"]
     assert entry > steps["prefetch (issue the next copies)"]
     assert entry > steps["fill (a copy's issue, unless issued: prefetch, acquire)"]
+    # run.sh ab's summary line reads this JSON.
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu" / "ab_summary.py"), "current", "1", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert proc.stdout.startswith(f"current 1 {report['units']} units; resident ")
+    assert re.search(r"the rest \d+\.\d\dx the copy issue$", proc.stdout.strip())
+
+
+def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: Path) -> None:
+    """benchmarks/tower_graph.py --smoke: both towers, the single images, eager stand-ins for
+    the replays (the CPU has no graphs); one-sequence metadata computes what the eager encode does."""
+    run_on_cpu(REPO / "benchmarks" / "tower_graph.py", vllm_tree, "--out-dir", str(tmp_path))
+    report = json.loads((tmp_path / "tower_graph.json").read_text())
+    assert report["smoke"] is True and sorted(report["towers"]) == ["2B", "8B"]
+    for data in report["towers"].values():
+        assert [r["case"] for r in data["rows"]] == [f"image-{n}" for n in (64, 256, 1024, 2223)]
+        for row in data["rows"]:
+            assert row["bit_identical_to_resident_graph"] is True
+            assert row["resident_graph_equals_eager"] is True
+            assert row["streamed_over_max_resident_floor"] > 0
+            # One streamed tower per lookahead; the table's columns are the best one's.
+            assert sorted(row["streamed"]) == ["1", "2", "3"]
+            assert all(s["max_abs_diff_to_resident_graph"] == 0.0 for s in row["streamed"].values())
+            best = row["streamed"][str(row["best_lookahead"])]
+            assert row["streamed_over_max_resident_floor"] == best["over_max_resident_floor"]
+            assert row["eager_md_equals_eager"] is True and row["resident_replays_repeat"] is True
+    assert "Smoke run" in (tmp_path / "tower_graph.md").read_text()

@@ -1,0 +1,286 @@
+"""Streamed towers inside a CUDA graph: resident vs streamed encodes, both captured (issue 11).
+
+The small encodes stream at 1.14-1.42x resident because they are bound by the host: the
+copy of each unit is issued only when the host reaches the unit before it, and each unit
+adds the streamer's host time (benchmarks/tower_host_time.py). A CUDA graph of the encode
+takes the host out: vLLM captures encoders with `cudagraph_mm_encoder`, and a streamed
+encode captured the same way replays its unit copies into the ring it captured, in the
+graph's memory pool.
+
+For each single-image case of tower_pipeline.py on the 2B- and 8B-sized Qwen3-VL towers
+(built as vLLM builds them, random bf16 weights), this captures one graph of the tower's
+forward with the encoder metadata vLLM's graph path passes (`prepare_encoder_metadata`),
+resident and streamed (vLLM's `PrefetchOffloader(offload_towers=True)`, lookahead 1, 2 and 3), and
+times their replays interleaved (CUDA events; medians), with the H2D floor of the same run.
+One image is one attention sequence, so `cu_seqlens` is None and the SDPA wrapper needs no
+host split sizes (with them it refuses a capture: patch 0003). Per case: resident and
+streamed replay times, streamed / max(resident, floor), and whether the streamed replay
+equals the resident replay and the eager resident encode bit for bit.
+
+    python3 benchmarks/tower_graph.py --out-dir DIR
+
+writes tower_graph.json and tower_graph.md there. `--smoke` runs the same code on the CPU
+with tiny towers and no graphs (the eager encodes stand in for the replays; no timing
+claims); tests/patches/test_tower_pipeline_smoke.py runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+import encode_bench as eb  # noqa: E402
+import tower_pipeline as tp  # noqa: E402
+
+from vllm_fork.core.fs import write_atomic  # noqa: E402
+
+MiB = 1 << 20
+SINGLE_TOKENS = (64, 256, 1024, 2223)
+
+
+def metadata(module: torch.nn.Module, grid: tp.Grid) -> dict[str, Any]:
+    """The encoder metadata of one image, as vLLM's graph path passes it; one sequence."""
+    md = dict(module.prepare_encoder_metadata([list(grid)]))
+    md["cu_seqlens"] = None
+    return md
+
+
+def replayer(run: Callable[[], torch.Tensor], device: torch.device) -> Callable[[], torch.Tensor]:
+    """A function that replays a CUDA graph of `run` (captured after one eager run, as
+    vLLM's encoder graph manager does); on the CPU, `run` itself."""
+    if device.type != "cuda":
+        return run
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        run()  # kernels chosen, workspaces made, the streamer's unit order learned
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        out = run()
+
+    def replay() -> torch.Tensor:
+        graph.replay()
+        return out
+
+    # The graph and the tensors `run` reads outside it (the encoder metadata) live as long
+    # as the function: freed, their memory would be reused and the replays would read it.
+    replay.graph = graph  # type: ignore[attr-defined]
+    replay.run = run  # type: ignore[attr-defined]
+    return replay
+
+
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest elementwise difference of two outputs (0.0: bit-identical but for signed zeros)."""
+    return (a.float() - b.float()).abs().max().item()
+
+
+def measure_tower(tower: str, setup: tp.Setup, lookaheads: tuple[int, ...]) -> dict[str, Any]:
+    """Every single-image case on one tower: eager resident, graphs resident and streamed
+    (one streamed tower per lookahead)."""
+    resident = tp.build_tower(setup, tower)
+    streamed_modules = {}
+    for lookahead in lookaheads:
+        module = tp.build_tower(setup, tower)  # same seed, same weights
+        streamed_modules[lookahead] = (module, tp.stream(module, lookahead))
+    first_module, first_offloader = streamed_modules[lookaheads[0]]
+    streamed = first_offloader.tower_streamer.towers[0]
+    floor = tp.h2d_floor(streamed, setup)
+    floor_ms = floor["bulk_pinned"]["median_ms"]
+    vision = setup.vision(tower)
+    inputs = tp.Inputs(setup, vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2)
+    rows = []
+    for tokens in SINGLE_TOKENS:
+        case = next(c for c in tp.SINGLE if c.name == f"image-{tokens}")
+        (grid,) = setup.grids(case.encodes[0])
+        x = inputs((grid,))
+
+        def encode(module: torch.nn.Module, md: dict[str, Any], x: torch.Tensor = x) -> Callable[[], torch.Tensor]:
+            def run() -> torch.Tensor:
+                with torch.inference_mode():
+                    return module(x, None, encoder_metadata=dict(md))
+
+            return run
+
+        with torch.inference_mode():
+            eager = resident(x, [list(grid)])
+        # The same encode eagerly with the graph path's metadata (cu_seqlens None):
+        # tells a difference of the graph from one of the metadata.
+        eager_md = encode(resident, metadata(resident, grid))()
+        streamed_eager_md = {la: encode(m, metadata(m, grid))() for la, (m, _) in streamed_modules.items()}
+        runs = {"resident": replayer(encode(resident, metadata(resident, grid)), setup.device)}
+        for lookahead, (module, _) in streamed_modules.items():
+            runs[f"streamed-{lookahead}"] = replayer(encode(module, metadata(module, grid)), setup.device)
+        timed = eb.time_interleaved(runs, setup.device, setup.repeats)
+        resident_out = timed["resident"][2].clone()
+        r_ms = timed["resident"][0].median_ms
+        streamed_rows = {}
+        for lookahead in lookaheads:
+            name = f"streamed-{lookahead}"
+            s_ms = timed[name][0].median_ms
+            out = timed[name][2].clone()
+            streamed_rows[lookahead] = {
+                "graph": timed[name][0].as_dict(),
+                "over_max_resident_floor": s_ms / max(r_ms, floor_ms),
+                "h2d_gb_per_s": eb.gb_per_s(floor["bytes"], s_ms),
+                "bit_identical_to_resident_graph": torch.equal(out, resident_out),
+                "max_abs_diff_to_resident_graph": max_abs_diff(out, resident_out),
+                "eager_bit_identical_to_resident_eager": torch.equal(streamed_eager_md[lookahead], eager_md),
+                "graph_equals_own_eager": torch.equal(out, streamed_eager_md[lookahead]),
+            }
+        # A replay again: is a graph's output the same every replay?
+        runs["resident"]()
+        if setup.device.type == "cuda":
+            torch.cuda.synchronize(setup.device)
+        best = min(lookaheads, key=lambda la: streamed_rows[la]["over_max_resident_floor"])
+        rows.append(
+            {
+                "tower": tower,
+                "case": case.name,
+                "description": case.description,
+                "tokens": setup.tokens(case),
+                "resident_graph": timed["resident"][0].as_dict(),
+                "streamed": {str(la): row for la, row in streamed_rows.items()},
+                "best_lookahead": best,
+                # The best lookahead's figures, as the table's columns.
+                "streamed_graph": streamed_rows[best]["graph"],
+                "floor_ms": floor_ms,
+                "streamed_over_max_resident_floor": streamed_rows[best]["over_max_resident_floor"],
+                "bound": "copy" if floor_ms > r_ms else "compute",
+                "streamed_h2d_gb_per_s": streamed_rows[best]["h2d_gb_per_s"],
+                "bit_identical_to_resident_graph": all(
+                    r["bit_identical_to_resident_graph"] for r in streamed_rows.values()
+                ),
+                "resident_graph_equals_eager": torch.equal(resident_out, eager),
+                "resident_graph_equals_eager_md": torch.equal(resident_out, eager_md),
+                "eager_md_equals_eager": torch.equal(eager_md, eager),
+                "max_abs_diff_eager_md_to_eager": max_abs_diff(eager_md, eager),
+                "resident_replays_repeat": torch.equal(timed["resident"][2], resident_out),
+            }
+        )
+        del runs, timed
+        eb.release_memory(setup.device)
+    result = {
+        "params_mib": tp.param_bytes(resident) / MiB,
+        "units": len(streamed.units),
+        "h2d": floor,
+        "rows": rows,
+    }
+    del resident, streamed_modules, first_module, first_offloader, streamed
+    eb.release_memory(setup.device)
+    return result
+
+
+def diffs(row: dict[str, Any]) -> str:
+    """Where a row is not bit-identical: which outputs differ, by how much."""
+    notes = [
+        f"L{la}: graph vs resident graph {s['max_abs_diff_to_resident_graph']:.3g}"
+        + ("" if s["eager_bit_identical_to_resident_eager"] else ", eager streamed vs eager resident differ")
+        + ("" if s["graph_equals_own_eager"] else ", graph vs its eager differ")
+        for la, s in row["streamed"].items()
+        if not s["bit_identical_to_resident_graph"]
+    ]
+    if not row["eager_md_equals_eager"]:
+        notes.append(f"eager without cu_seqlens vs with: {row['max_abs_diff_eager_md_to_eager']:.3g}")
+    if not row["resident_graph_equals_eager_md"]:
+        notes.append("resident graph vs its eager differ")
+    if not row["resident_replays_repeat"]:
+        notes.append("resident replays differ")
+    return "; ".join(notes) or "0"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "# Streamed towers in a CUDA graph (issue 11)",
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        f"{report['machine']['device']}, torch {report['machine']['torch']}; {report['when']}; "
+        f"{report['wall_s']:.1f} s; lookaheads {', '.join(map(str, report['lookaheads']))} "
+        "(the table gives the best one per row).",
+        "",
+        "Both encodes captured as CUDA graphs (after one eager run) and replayed interleaved; "
+        "times are medians of CUDA-event-timed replays. Ratio = streamed / max(resident, H2D floor)."
+        + (
+            " Smoke run: tiny towers, eager encodes on the CPU, no graphs: no timing claims." if report["smoke"] else ""
+        ),
+        "",
+        "| tower | input | resident graph (ms) | streamed graph (ms) | H2D floor (ms) | ratio | bound "
+        "| lookahead | streamed H2D (GB/s) | bit-identical (streamed graph = resident graph, every lookahead; "
+        "resident graph = eager resident) | max abs diff |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |",
+    ]
+    for tower, data in report["towers"].items():
+        for r in data["rows"]:
+            lines.append(
+                f"| {tower} | {r['description']} | {r['resident_graph']['median_ms']:.2f} | "
+                f"{r['streamed_graph']['median_ms']:.2f} | {r['floor_ms']:.2f} | "
+                f"**{r['streamed_over_max_resident_floor']:.2f}** | {r['bound']} | "
+                f"{r['best_lookahead']} | {r['streamed_h2d_gb_per_s']:.1f} | "
+                f"{'yes' if r['bit_identical_to_resident_graph'] else 'NO'}; "
+                f"{'yes' if r['resident_graph_equals_eager'] else 'no'} | {diffs(r)} |"
+            )
+    rows = [r for data in report["towers"].values() for r in data["rows"]]
+    within = sum(r["streamed_over_max_resident_floor"] <= 1.10 for r in rows)
+    lines += ["", f"Within 1.10x of max(resident, floor): {within} of {len(rows)}."]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--smoke", action="store_true", help="tiny towers on the CPU, no graphs")
+    parser.add_argument("--towers", default=",".join(tp.TOWERS))
+    parser.add_argument("--lookaheads", default="1,2,3")
+    parser.add_argument("--target-ms", type=float, default=400.0)
+    parser.add_argument("--copy-iters", type=int, default=20)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.smoke:
+        sys.path.insert(0, str(REPO / "tests" / "patches"))
+        from vllm_cpu import ensure_tree, import_on_cpu
+
+        import_on_cpu(ensure_tree())
+        torch.set_num_threads(1)
+        setup = tp.Setup(torch.device("cpu"), torch.float32, True, eb.Repeats(1, 0.0, 1, 1), copy_iters=2)
+    else:
+        if not torch.cuda.is_available():
+            sys.exit("tower_graph.py needs a CUDA GPU (--smoke runs the code paths on the CPU)")
+        repeats = eb.Repeats(2, args.target_ms, 10, 60)
+        setup = tp.Setup(torch.device("cuda"), torch.bfloat16, False, repeats, args.copy_iters)
+    lookaheads = tuple(int(la) for la in args.lookaheads.split(","))
+    start = time.monotonic()
+    report: dict[str, Any] = {
+        "command": shlex.join(["python3", *sys.argv]),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": eb.machine(setup.device),
+        "smoke": setup.smoke,
+        "lookaheads": lookaheads,
+        "towers": {},
+    }
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    with tp.tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
+        for tower in args.towers.split(","):
+            report["towers"][tower] = measure_tower(tower, setup, lookaheads)
+            report["wall_s"] = time.monotonic() - start
+            write_atomic(args.out_dir / "tower_graph.json", json.dumps(report, indent=2) + "\n")
+    write_atomic(args.out_dir / "tower_graph.md", markdown(report))
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()
