@@ -144,7 +144,7 @@ def test_no_tower_parameter_bytes_on_gpu_between_encodes(resident_run, streamed_
     # Whatever else the tower keeps on the GPU between encodes is its buffers
     # (e.g. the rotary cos/sin cache) and the streamer's ring, kept from the
     # first encode on: lookahead + 1 slots of the largest unit.
-    ring = offloader.tower_streamer.towers[0]._ring.memory.numel()
+    ring = offloader.tower_streamer.ring_bytes
     resident_extra = torch.cuda.memory_allocated() - baseline
     print(
         f"\n[gpu] tower params {resident_run['tower_bytes'] / MiB:.1f} MiB, on GPU "
