@@ -7,15 +7,19 @@ takes the host out: vLLM captures encoders with `cudagraph_mm_encoder`, and a st
 encode captured the same way replays its unit copies into the ring it captured, in the
 graph's memory pool.
 
-For each single-image case of tower_pipeline.py on the 2B- and 8B-sized Qwen3-VL towers
-(built as vLLM builds them, random bf16 weights), this captures one graph of the tower's
-forward with the encoder metadata vLLM's graph path passes (`prepare_encoder_metadata`),
-resident and streamed (vLLM's `PrefetchOffloader(offload_towers=True)`, lookahead 1, 2 and 3), and
-times their replays interleaved (CUDA events; medians), with the H2D floor of the same run.
-One image is one attention sequence, so `cu_seqlens` is None and the SDPA wrapper needs no
-host split sizes (with them it refuses a capture: patch 0003). Per case: resident and
-streamed replay times, streamed / max(resident, floor), and whether the streamed replay
-equals the resident replay and the eager resident encode bit for bit.
+For each one-encode case of tower_pipeline.py (images of 64-9000 tokens, batches of 3 and
+8 images, videos of 2 and 8 frames) on the 2B- and 8B-sized Qwen3-VL towers (built as vLLM
+builds them, random bf16 weights), this captures one graph of the tower's forward with
+the encoder metadata vLLM's graph path passes (`prepare_encoder_metadata`), resident and
+streamed (vLLM's `PrefetchOffloader(offload_towers=True)`, lookahead 1, 2 and 3), and times
+their replays interleaved (CUDA events; medians), with the H2D floor of the same run. The
+ViT attention is vLLM's Triton backend (`--vit-attention TRITON_ATTN`, the default), which
+reads `cu_seqlens` on the device as FlashAttention does (the lent H200 has no
+FlashAttention). With `--vit-attention TORCH_SDPA` only single images run, one sequence
+with `cu_seqlens` None (SDPA's host split sizes are refused in a capture: patch 0003).
+Per case: resident and streamed replay times, streamed / max(resident, floor), and
+whether the streamed replays equal the resident replay and the eager resident encode bit
+for bit.
 
     python3 benchmarks/tower_graph.py --out-dir DIR
 
@@ -47,12 +51,43 @@ from vllm_fork.core.fs import write_atomic  # noqa: E402
 
 MiB = 1 << 20
 SINGLE_TOKENS = (64, 256, 1024, 2223)
+# The ViT attention backends a graph can be made with on the lent H200 (no FlashAttention).
+VIT_ATTENTION = ("TORCH_SDPA", "TRITON_ATTN")
 
 
-def metadata(module: torch.nn.Module, grid: tp.Grid) -> dict[str, Any]:
-    """The encoder metadata of one image, as vLLM's graph path passes it; one sequence."""
-    md = dict(module.prepare_encoder_metadata([list(grid)]))
-    md["cu_seqlens"] = None
+def cases(vit_attention: str) -> list[tp.Case]:
+    """The pipeline matrix's cases a graph can hold with this ViT attention backend.
+
+    SDPA splits sequences by sizes on the host, which a capture refuses (patch 0003):
+    only single images, one sequence with no `cu_seqlens`. Triton's ViT attention reads
+    `cu_seqlens` on the device: every one-encode case (images, batches, videos).
+    """
+    if vit_attention == "TORCH_SDPA":
+        return [c for c in tp.SINGLE if c.name in {f"image-{n}" for n in SINGLE_TOKENS}]
+    return [c for c in tp.CASES if len(c.encodes) == 1]
+
+
+def use_vit_attention(module: torch.nn.Module, backend: str) -> None:
+    """Run the tower's attention with `backend`, as `--mm-encoder-attn-backend` would choose
+    it when the tower is built (the benchmark builds towers without a model config)."""
+    from vllm.model_executor.layers.attention.mm_encoder_attention import MMEncoderAttention
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    chosen = AttentionBackendEnum[backend]
+    module.attn_backend = chosen
+    for layer in module.modules():
+        if isinstance(layer, MMEncoderAttention):
+            layer.attn_backend = chosen
+            layer.is_flash_attn_backend = False
+
+
+def metadata(module: torch.nn.Module, grids: tuple[tp.Grid, ...], vit_attention: str) -> dict[str, Any]:
+    """The encoder metadata of one encode, as vLLM's graph path passes it (for SDPA, one
+    image, no `cu_seqlens`)."""
+    md = dict(module.prepare_encoder_metadata([list(g) for g in grids]))
+    if vit_attention == "TORCH_SDPA":
+        assert len(grids) == 1 and grids[0][0] == 1, grids
+        md["cu_seqlens"] = None
     return md
 
 
@@ -86,13 +121,15 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().max().item()
 
 
-def measure_tower(tower: str, setup: tp.Setup, lookaheads: tuple[int, ...]) -> dict[str, Any]:
-    """Every single-image case on one tower: eager resident, graphs resident and streamed
-    (one streamed tower per lookahead)."""
+def measure_tower(tower: str, setup: tp.Setup, lookaheads: tuple[int, ...], vit_attention: str) -> dict[str, Any]:
+    """Every case a graph can hold on one tower: eager resident, graphs resident and
+    streamed (one streamed tower per lookahead)."""
     resident = tp.build_tower(setup, tower)
+    use_vit_attention(resident, vit_attention)
     streamed_modules = {}
     for lookahead in lookaheads:
         module = tp.build_tower(setup, tower)  # same seed, same weights
+        use_vit_attention(module, vit_attention)
         streamed_modules[lookahead] = (module, tp.stream(module, lookahead))
     first_module, first_offloader = streamed_modules[lookaheads[0]]
     streamed = first_offloader.tower_streamer.towers[0]
@@ -101,10 +138,9 @@ def measure_tower(tower: str, setup: tp.Setup, lookaheads: tuple[int, ...]) -> d
     vision = setup.vision(tower)
     inputs = tp.Inputs(setup, vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2)
     rows = []
-    for tokens in SINGLE_TOKENS:
-        case = next(c for c in tp.SINGLE if c.name == f"image-{tokens}")
-        (grid,) = setup.grids(case.encodes[0])
-        x = inputs((grid,))
+    for case in cases(vit_attention):
+        grids = setup.grids(case.encodes[0])
+        x = inputs(grids)
 
         def encode(module: torch.nn.Module, md: dict[str, Any], x: torch.Tensor = x) -> Callable[[], torch.Tensor]:
             def run() -> torch.Tensor:
@@ -114,14 +150,18 @@ def measure_tower(tower: str, setup: tp.Setup, lookaheads: tuple[int, ...]) -> d
             return run
 
         with torch.inference_mode():
-            eager = resident(x, [list(grid)])
+            eager = resident(x, [list(g) for g in grids])
         # The same encode eagerly with the graph path's metadata (cu_seqlens None):
         # tells a difference of the graph from one of the metadata.
-        eager_md = encode(resident, metadata(resident, grid))()
-        streamed_eager_md = {la: encode(m, metadata(m, grid))() for la, (m, _) in streamed_modules.items()}
-        runs = {"resident": replayer(encode(resident, metadata(resident, grid)), setup.device)}
+        eager_md = encode(resident, metadata(resident, grids, vit_attention))()
+        streamed_eager_md = {
+            la: encode(m, metadata(m, grids, vit_attention))() for la, (m, _) in streamed_modules.items()
+        }
+        runs = {"resident": replayer(encode(resident, metadata(resident, grids, vit_attention)), setup.device)}
         for lookahead, (module, _) in streamed_modules.items():
-            runs[f"streamed-{lookahead}"] = replayer(encode(module, metadata(module, grid)), setup.device)
+            runs[f"streamed-{lookahead}"] = replayer(
+                encode(module, metadata(module, grids, vit_attention)), setup.device
+            )
         timed = eb.time_interleaved(runs, setup.device, setup.repeats)
         resident_out = timed["resident"][2].clone()
         r_ms = timed["resident"][0].median_ms
@@ -207,8 +247,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"Command: `{report['command']}`",
         "",
         f"{report['machine']['device']}, torch {report['machine']['torch']}; {report['when']}; "
-        f"{report['wall_s']:.1f} s; lookaheads {', '.join(map(str, report['lookaheads']))} "
-        "(the table gives the best one per row).",
+        f"{report['wall_s']:.1f} s; ViT attention {report.get('vit_attention', 'TORCH_SDPA')}; lookaheads "
+        f"{', '.join(map(str, report['lookaheads']))} (the table gives the best one per row).",
         "",
         "Both encodes captured as CUDA graphs (after one eager run) and replayed interleaved; "
         "times are medians of CUDA-event-timed replays. Ratio = streamed / max(resident, H2D floor)."
@@ -243,6 +283,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="tiny towers on the CPU, no graphs")
     parser.add_argument("--towers", default=",".join(tp.TOWERS))
     parser.add_argument("--lookaheads", default="1,2,3")
+    parser.add_argument(
+        "--vit-attention",
+        choices=VIT_ATTENTION,
+        default="TRITON_ATTN",
+        help="the ViT attention backend (TORCH_SDPA: single images only)",
+    )
     parser.add_argument("--target-ms", type=float, default=400.0)
     parser.add_argument("--copy-iters", type=int, default=20)
     return parser.parse_args(argv)
@@ -270,12 +316,13 @@ def main(argv: list[str] | None = None) -> None:
         "machine": eb.machine(setup.device),
         "smoke": setup.smoke,
         "lookaheads": lookaheads,
+        "vit_attention": args.vit_attention,
         "towers": {},
     }
     args.out_dir.mkdir(parents=True, exist_ok=True)
     with tp.tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         for tower in args.towers.split(","):
-            report["towers"][tower] = measure_tower(tower, setup, lookaheads)
+            report["towers"][tower] = measure_tower(tower, setup, lookaheads, args.vit_attention)
             report["wall_s"] = time.monotonic() - start
             write_atomic(args.out_dir / "tower_graph.json", json.dumps(report, indent=2) + "\n")
     write_atomic(args.out_dir / "tower_graph.md", markdown(report))

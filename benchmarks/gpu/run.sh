@@ -14,7 +14,7 @@
 #   bash benchmarks/gpu/run.sh intree    # the vLLM-tree tests of the patches alone
 #   bash benchmarks/gpu/run.sh qwen3     # the Qwen3-VL eager engine test alone (resident vs streamed)
 #   bash benchmarks/gpu/run.sh hosttime  # tower_host_time.py alone: the streamer's host time per unit, by step
-#   bash benchmarks/gpu/run.sh graph     # tower_graph.py: single images, resident vs streamed, both CUDA graphs
+#   bash benchmarks/gpu/run.sh graph     # tower_graph.py: the matrix's one-encode cases, resident vs streamed, CUDA graphs (GRAPH_ARGS)
 #   bash benchmarks/gpu/run.sh ab        # tower_host_time.py on the AB_BASE files (stage.sh) and on the
 #                                        # current tree, alternated AB_ROUNDS (default 3) times
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
@@ -57,7 +57,7 @@ proof)
   ;;
 hosttime) host_time ;;
 graph)
-  in_repo "timeout 400 python3 benchmarks/tower_graph.py --out-dir $OUT/tower_graph" 2>&1 | tee "$OUT/tower-graph.log" | tail -25
+  in_repo "timeout 400 python3 benchmarks/tower_graph.py ${GRAPH_ARGS:-} --out-dir $OUT/tower_graph" 2>&1 | tee "$OUT/tower-graph.log" | tail -25
   ;;
 ab)
   [ -f .gpu/ab-base/FILES ] || { echo "run.sh ab: stage with AB_BASE=<rev> first" >&2; exit 2; }

@@ -196,7 +196,15 @@ def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: P
     report = json.loads((tmp_path / "tower_graph.json").read_text())
     assert report["smoke"] is True and sorted(report["towers"]) == ["2B", "8B"]
     for data in report["towers"].values():
-        assert [r["case"] for r in data["rows"]] == [f"image-{n}" for n in (64, 256, 1024, 2223)]
+        # Triton's ViT attention (the default) takes cu_seqlens on the device: every
+        # one-encode case of the matrix, batches and videos too.
+        assert [r["case"] for r in data["rows"]] == [
+            *(f"image-{n}" for n in (64, 256, 1024, 2223, 4096, 9000)),
+            "batch-3",
+            "batch-8",
+            "video-2",
+            "video-8",
+        ]
         for row in data["rows"]:
             assert row["bit_identical_to_resident_graph"] is True
             assert row["resident_graph_equals_eager"] is True
@@ -208,3 +216,26 @@ def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: P
             assert row["streamed_over_max_resident_floor"] == best["over_max_resident_floor"]
             assert row["eager_md_equals_eager"] is True and row["resident_replays_repeat"] is True
     assert "Smoke run" in (tmp_path / "tower_graph.md").read_text()
+
+
+def test_graph_benchmark_with_sdpa_runs_single_images_without_cu_seqlens(vllm_tree: Path, tmp_path: Path) -> None:
+    """With SDPA's host split sizes a capture is refused (patch 0003): the benchmark holds
+    to single images, one sequence each, no cu_seqlens; same outputs as the eager encode."""
+    run_on_cpu(
+        REPO / "benchmarks" / "tower_graph.py",
+        vllm_tree,
+        "--vit-attention",
+        "TORCH_SDPA",
+        "--towers",
+        "2B",
+        "--lookaheads",
+        "1",
+        "--out-dir",
+        str(tmp_path),
+    )
+    report = json.loads((tmp_path / "tower_graph.json").read_text())
+    assert report["vit_attention"] == "TORCH_SDPA"
+    rows = report["towers"]["2B"]["rows"]
+    assert [r["case"] for r in rows] == [f"image-{n}" for n in (64, 256, 1024, 2223)]
+    assert all(r["bit_identical_to_resident_graph"] and r["resident_graph_equals_eager"] for r in rows)
+    assert "ViT attention TORCH_SDPA" in (tmp_path / "tower_graph.md").read_text()
