@@ -13,6 +13,7 @@
 #   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
 #   bash benchmarks/gpu/run.sh intree    # the vLLM-tree tests of the patches alone
 #   bash benchmarks/gpu/run.sh qwen3     # the Qwen3-VL eager engine test alone (resident vs streamed)
+#   bash benchmarks/gpu/run.sh encgraphs # the engine with encoder CUDA graphs, resident vs streamed (Qwen3-VL)
 #   bash benchmarks/gpu/run.sh hosttime  # tower_host_time.py alone: the streamer's host time per unit, by step
 #   bash benchmarks/gpu/run.sh graph     # tower_graph.py: the matrix's one-encode cases, resident vs streamed, CUDA graphs (GRAPH_ARGS)
 #   bash benchmarks/gpu/run.sh ab        # tower_host_time.py on the AB_BASE files (stage.sh) and on the
@@ -21,7 +22,7 @@
 # PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
 # resident-budget rows, so that a chained call fits in the 600 s a command may take.
 set -uo pipefail
-stages="proof intree qwen3 hosttime ab graph pipeline matrix serve bench multi"
+stages="proof intree qwen3 encgraphs hosttime ab graph pipeline matrix serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -50,6 +51,10 @@ case $stage in
 intree) intree ;;
 qwen3)
   in_repo "timeout 240 $pytest_gpu -k qwen3_vl-eager tests/gpu/test_engine_offload_towers.py" 2>&1 | tee "$OUT/gpu-engine-qwen3-tests.log" | tail -20
+  ;;
+encgraphs)
+  # vLLM's encoder CUDA graphs (cudagraph_mm_encoder, Triton ViT attention) with a streamed tower.
+  in_repo "timeout 400 $pytest_gpu tests/gpu/test_engine_encoder_cudagraphs.py" 2>&1 | tee "$OUT/gpu-engine-encoder-graphs-tests.log" | tail -20
   ;;
 proof)
   intree

@@ -1,7 +1,7 @@
 """Run vLLM's `LLM` engine once, resident or with `--offload-towers`; print JSON.
 
     python3 tests/gpu/engine_probe.py CHECKPOINT_DIR --mode resident|streamed
-        [--cudagraphs] [--requests 20] [--latency-repeats 0]
+        [--cudagraphs] [--encoder-cudagraphs] [--requests 20] [--latency-repeats 0]
         [--tp N] [--pp N] [--mm-encoder-tp-mode weights|data]
 
 One engine per process, so every figure (GPU memory, pinned host memory,
@@ -37,15 +37,26 @@ COMPARED_IMAGES = [[2223], [64, 256], [1024], [256, 64, 768]]
 GROWTH_SIZES = [64, 256, 1024, 2223, 128, 512, 768, 1536]
 
 
-def harness_kwargs(cudagraphs: bool) -> dict:
-    """Engine options the GPU test machine's stand-in kernels need."""
+def harness_kwargs(cudagraphs: bool, encoder_cudagraphs: bool = False) -> dict:
+    """Engine options the GPU test machine's stand-in kernels need.
+
+    `encoder_cudagraphs`: vLLM's encoder CUDA graphs (`cudagraph_mm_encoder`, with the
+    decoder's graphs). They need a ViT attention backend that reads `cu_seqlens` on the
+    device; FlashAttention, vLLM's default, is not among the stand-ins: Triton's is.
+    """
+    cudagraphs = cudagraphs or encoder_cudagraphs
     if os.environ.get("VLLM_GPU_STANDINS") != "1":
+        if encoder_cudagraphs:
+            return {"compilation_config": {"cudagraph_mm_encoder": True}}
         return {} if cudagraphs else {"enforce_eager": True}
     compilation: dict = {"custom_ops": ["none"], "mode": 0}
     if cudagraphs:
         compilation["cudagraph_mode"] = "FULL_DECODE_ONLY"
+    if encoder_cudagraphs:
+        compilation["cudagraph_mm_encoder"] = True
     return {
         "attention_backend": "TRITON_ATTN",
+        **({"mm_encoder_attn_backend": "TRITON_ATTN"} if encoder_cudagraphs else {}),
         "enforce_eager": not cudagraphs,
         "compilation_config": compilation,
         "kernel_config": {
@@ -140,6 +151,17 @@ def _worker_figures(worker) -> dict:
     }
 
 
+def _encoder_graph_stats(worker) -> dict | None:
+    """The encoder CUDA graph manager's hits and misses (V1 or V2 model runner), or None
+    when the engine made no encoder graphs."""
+    runner = worker.model_runner
+    manager = getattr(runner, "encoder_cudagraph_manager", None)
+    if manager is None:
+        encoder_runner = getattr(getattr(runner, "model_state", None), "encoder_runner", None)
+        manager = getattr(encoder_runner, "cudagraph_manager", None)
+    return None if manager is None else manager.get_cumulative_stats()
+
+
 def _gpu_allocated(worker) -> int:
     import torch
 
@@ -157,6 +179,7 @@ def run(
     pp: int = 1,
     mm_encoder_tp_mode: str | None = None,
     resident_gb: float = 0.0,
+    encoder_cudagraphs: bool = False,
 ) -> dict:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
@@ -175,7 +198,7 @@ def run(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         **({"mm_encoder_tp_mode": mm_encoder_tp_mode} if mm_encoder_tp_mode else {}),
-        **harness_kwargs(cudagraphs),
+        **harness_kwargs(cudagraphs, encoder_cudagraphs),
         **mode_kwargs(mode, resident_gb),
     )
     startup_s = time.perf_counter() - started
@@ -221,6 +244,8 @@ def run(
         "mode": mode,
         "resident_gb": resident_gb,
         "cudagraphs": cudagraphs,
+        "encoder_cudagraphs": encoder_cudagraphs,
+        "encoder_graph_stats": llm.collective_rpc(_encoder_graph_stats)[0],
         "parallel": {"tp": tp, "pp": pp, "mm_encoder_tp_mode": mm_encoder_tp_mode},
         "ranks": ranks,
         "startup_s": startup_s,
@@ -240,6 +265,7 @@ def main() -> None:
     parser.add_argument("checkpoint")
     parser.add_argument("--mode", choices=["resident", "streamed"], required=True)
     parser.add_argument("--cudagraphs", action="store_true")
+    parser.add_argument("--encoder-cudagraphs", action="store_true", help="cudagraph_mm_encoder (and decoder graphs)")
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--latency-repeats", type=int, default=0)
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
@@ -258,6 +284,7 @@ def main() -> None:
         pp=args.pp,
         mm_encoder_tp_mode=args.mm_encoder_tp_mode,
         resident_gb=args.resident_gb,
+        encoder_cudagraphs=args.encoder_cudagraphs,
     )
     Path(args.out).write_text(json.dumps(result))
 
