@@ -4,12 +4,13 @@ The small encodes stream at 1.14-1.42x resident because they are bound by the ho
 copy of each unit is issued only when the host reaches the unit before it, and each unit
 adds the streamer's host time (benchmarks/tower_host_time.py). A CUDA graph of the encode
 takes the host out: vLLM captures encoders with `cudagraph_mm_encoder`, and a streamed
-encode captured the same way replays its unit copies into the ring it captured, in the
-graph's memory pool.
+encode captured the same way replays its unit copies into the streamer's ring (kept from
+the first encode).
 
-For each one-encode case of tower_pipeline.py (images of 64-9000 tokens, batches of 3 and
-8 images, videos of 2 and 8 frames) on the 2B- and 8B-sized Qwen3-VL towers (built as vLLM
-builds them, random bf16 weights), this captures one graph of the tower's forward with
+For each case of tower_pipeline.py (images of 64-9000 tokens, batches of 3 and 8 images,
+videos of 2 and 8 frames, a run of encodes of changing shapes: one graph per shape,
+replayed in order, as vLLM captures one per token budget) on the 2B- and 8B-sized Qwen3-VL
+towers (built as vLLM builds them, random bf16 weights), this captures the tower's forward with
 the encoder metadata vLLM's graph path passes (`prepare_encoder_metadata`), resident and
 streamed (vLLM's `PrefetchOffloader(offload_towers=True)`, lookahead 1, 2 and 3), and times
 their replays interleaved (CUDA events; medians), with the H2D floor of the same run. The
@@ -60,11 +61,12 @@ def cases(vit_attention: str) -> list[tp.Case]:
 
     SDPA splits sequences by sizes on the host, which a capture refuses (patch 0003):
     only single images, one sequence with no `cu_seqlens`. Triton's ViT attention reads
-    `cu_seqlens` on the device: every one-encode case (images, batches, videos).
+    `cu_seqlens` on the device: every case (images, batches, videos, and the run of
+    encodes of changing shapes, one graph per shape).
     """
     if vit_attention == "TORCH_SDPA":
         return [c for c in tp.SINGLE if c.name in {f"image-{n}" for n in SINGLE_TOKENS}]
-    return [c for c in tp.CASES if len(c.encodes) == 1]
+    return list(tp.CASES)
 
 
 def use_vit_attention(module: torch.nn.Module, backend: str) -> None:
@@ -116,6 +118,39 @@ def replayer(run: Callable[[], torch.Tensor], device: torch.device) -> Callable[
     return replay
 
 
+class Encodes:
+    """A case's encodes (one, or a run of changing shapes), their outputs in one tensor."""
+
+    def __init__(self, xs: list[torch.Tensor], shapes: list[tuple[tp.Grid, ...]], vit_attention: str):
+        self.xs, self.shapes, self.vit_attention = xs, shapes, vit_attention
+
+    def eager(self, module: torch.nn.Module, graph_metadata: bool) -> torch.Tensor:
+        """Eagerly: with the metadata the graph path passes, or as the model's forward
+        computes it from the grids."""
+        with torch.inference_mode():
+            return torch.cat(
+                [
+                    module(x, None, encoder_metadata=metadata(module, grids, self.vit_attention))
+                    if graph_metadata
+                    else module(x, [list(g) for g in grids])
+                    for x, grids in zip(self.xs, self.shapes)
+                ]
+            )
+
+    def graphs(self, module: torch.nn.Module, device: torch.device) -> Callable[[], torch.Tensor]:
+        """One graph per encode (as vLLM captures one per token budget), replayed in order."""
+        replays = []
+        for x, grids in zip(self.xs, self.shapes):
+            md = metadata(module, grids, self.vit_attention)
+
+            def run(x: torch.Tensor = x, md: dict[str, Any] = md) -> torch.Tensor:
+                with torch.inference_mode():
+                    return module(x, None, encoder_metadata=dict(md))
+
+            replays.append(replayer(run, device))
+        return lambda: torch.cat([replay() for replay in replays])
+
+
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     """The largest elementwise difference of two outputs (0.0: bit-identical but for signed zeros)."""
     return (a.float() - b.float()).abs().max().item()
@@ -139,29 +174,20 @@ def measure_tower(tower: str, setup: tp.Setup, lookaheads: tuple[int, ...], vit_
     inputs = tp.Inputs(setup, vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2)
     rows = []
     for case in cases(vit_attention):
-        grids = setup.grids(case.encodes[0])
-        x = inputs(grids)
+        shapes = [setup.grids(grids) for grids in case.encodes]
+        xs = [inputs(grids) for grids in shapes]
+        # A run of encodes (the changing-shapes case) copies the tower once per encode.
+        case_floor_ms = floor_ms * len(shapes)
 
-        def encode(module: torch.nn.Module, md: dict[str, Any], x: torch.Tensor = x) -> Callable[[], torch.Tensor]:
-            def run() -> torch.Tensor:
-                with torch.inference_mode():
-                    return module(x, None, encoder_metadata=dict(md))
-
-            return run
-
-        with torch.inference_mode():
-            eager = resident(x, [list(g) for g in grids])
-        # The same encode eagerly with the graph path's metadata (cu_seqlens None):
-        # tells a difference of the graph from one of the metadata.
-        eager_md = encode(resident, metadata(resident, grids, vit_attention))()
-        streamed_eager_md = {
-            la: encode(m, metadata(m, grids, vit_attention))() for la, (m, _) in streamed_modules.items()
-        }
-        runs = {"resident": replayer(encode(resident, metadata(resident, grids, vit_attention)), setup.device)}
+        encodes = Encodes(xs, shapes, vit_attention)
+        eager = encodes.eager(resident, graph_metadata=False)
+        # The same encodes eagerly with the graph path's metadata: tells a difference of
+        # the graph from one of the metadata.
+        eager_md = encodes.eager(resident, graph_metadata=True)
+        streamed_eager_md = {la: encodes.eager(m, graph_metadata=True) for la, (m, _) in streamed_modules.items()}
+        runs = {"resident": encodes.graphs(resident, setup.device)}
         for lookahead, (module, _) in streamed_modules.items():
-            runs[f"streamed-{lookahead}"] = replayer(
-                encode(module, metadata(module, grids, vit_attention)), setup.device
-            )
+            runs[f"streamed-{lookahead}"] = encodes.graphs(module, setup.device)
         timed = eb.time_interleaved(runs, setup.device, setup.repeats)
         resident_out = timed["resident"][2].clone()
         r_ms = timed["resident"][0].median_ms
@@ -172,17 +198,15 @@ def measure_tower(tower: str, setup: tp.Setup, lookaheads: tuple[int, ...], vit_
             out = timed[name][2].clone()
             streamed_rows[lookahead] = {
                 "graph": timed[name][0].as_dict(),
-                "over_max_resident_floor": s_ms / max(r_ms, floor_ms),
-                "h2d_gb_per_s": eb.gb_per_s(floor["bytes"], s_ms),
+                "over_max_resident_floor": s_ms / max(r_ms, case_floor_ms),
+                "h2d_gb_per_s": eb.gb_per_s(floor["bytes"] * len(shapes), s_ms),
                 "bit_identical_to_resident_graph": torch.equal(out, resident_out),
                 "max_abs_diff_to_resident_graph": max_abs_diff(out, resident_out),
                 "eager_bit_identical_to_resident_eager": torch.equal(streamed_eager_md[lookahead], eager_md),
                 "graph_equals_own_eager": torch.equal(out, streamed_eager_md[lookahead]),
             }
-        # A replay again: is a graph's output the same every replay?
-        runs["resident"]()
-        if setup.device.type == "cuda":
-            torch.cuda.synchronize(setup.device)
+        # The graphs again: are their outputs the same every replay?
+        again = runs["resident"]()
         best = min(lookaheads, key=lambda la: streamed_rows[la]["over_max_resident_floor"])
         rows.append(
             {
@@ -195,9 +219,10 @@ def measure_tower(tower: str, setup: tp.Setup, lookaheads: tuple[int, ...], vit_
                 "best_lookahead": best,
                 # The best lookahead's figures, as the table's columns.
                 "streamed_graph": streamed_rows[best]["graph"],
-                "floor_ms": floor_ms,
+                "encodes": len(shapes),
+                "floor_ms": case_floor_ms,
                 "streamed_over_max_resident_floor": streamed_rows[best]["over_max_resident_floor"],
-                "bound": "copy" if floor_ms > r_ms else "compute",
+                "bound": "copy" if case_floor_ms > r_ms else "compute",
                 "streamed_h2d_gb_per_s": streamed_rows[best]["h2d_gb_per_s"],
                 "bit_identical_to_resident_graph": all(
                     r["bit_identical_to_resident_graph"] for r in streamed_rows.values()
@@ -206,7 +231,7 @@ def measure_tower(tower: str, setup: tp.Setup, lookaheads: tuple[int, ...], vit_
                 "resident_graph_equals_eager_md": torch.equal(resident_out, eager_md),
                 "eager_md_equals_eager": torch.equal(eager_md, eager),
                 "max_abs_diff_eager_md_to_eager": max_abs_diff(eager_md, eager),
-                "resident_replays_repeat": torch.equal(timed["resident"][2], resident_out),
+                "resident_replays_repeat": torch.equal(again, resident_out),
             }
         )
         del runs, timed
@@ -264,7 +289,7 @@ def markdown(report: dict[str, Any]) -> str:
     for tower, data in report["towers"].items():
         for r in data["rows"]:
             lines.append(
-                f"| {tower} | {r['description']} | {r['resident_graph']['median_ms']:.2f} | "
+                f"| {tower} | {r['description']}{' (the whole run)' if r.get('encodes', 1) > 1 else ''} | {r['resident_graph']['median_ms']:.2f} | "
                 f"{r['streamed_graph']['median_ms']:.2f} | {r['floor_ms']:.2f} | "
                 f"**{r['streamed_over_max_resident_floor']:.2f}** | {r['bound']} | "
                 f"{r['best_lookahead']} | {r['streamed_h2d_gb_per_s']:.1f} | "

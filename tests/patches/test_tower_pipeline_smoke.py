@@ -196,14 +196,15 @@ def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: P
     report = json.loads((tmp_path / "tower_graph.json").read_text())
     assert report["smoke"] is True and sorted(report["towers"]) == ["2B", "8B"]
     for data in report["towers"].values():
-        # Triton's ViT attention (the default) takes cu_seqlens on the device: every
-        # one-encode case of the matrix, batches and videos too.
+        # Triton's ViT attention (the default) takes cu_seqlens on the device: every case
+        # of the matrix, batches and videos too, and a run of shapes (a graph per shape).
         assert [r["case"] for r in data["rows"]] == [
             *(f"image-{n}" for n in (64, 256, 1024, 2223, 4096, 9000)),
             "batch-3",
             "batch-8",
             "video-2",
             "video-8",
+            "changing-shapes",
         ]
         for row in data["rows"]:
             assert row["bit_identical_to_resident_graph"] is True
@@ -215,6 +216,8 @@ def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: P
             best = row["streamed"][str(row["best_lookahead"])]
             assert row["streamed_over_max_resident_floor"] == best["over_max_resident_floor"]
             assert row["eager_md_equals_eager"] is True and row["resident_replays_repeat"] is True
+        sequence = data["rows"][-1]
+        assert sequence["encodes"] == 6 and sequence["floor_ms"] == 6 * data["rows"][0]["floor_ms"]
     assert "Smoke run" in (tmp_path / "tower_graph.md").read_text()
 
 
