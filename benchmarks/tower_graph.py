@@ -321,18 +321,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.smoke:
-        sys.path.insert(0, str(REPO / "tests" / "patches"))
-        from vllm_cpu import ensure_tree, import_on_cpu
-
-        import_on_cpu(ensure_tree())
-        torch.set_num_threads(1)
-        setup = tp.Setup(torch.device("cpu"), torch.float32, True, eb.Repeats(1, 0.0, 1, 1), copy_iters=2)
-    else:
-        if not torch.cuda.is_available():
-            sys.exit("tower_graph.py needs a CUDA GPU (--smoke runs the code paths on the CPU)")
-        repeats = eb.Repeats(2, args.target_ms, 10, 60)
-        setup = tp.Setup(torch.device("cuda"), torch.bfloat16, False, repeats, args.copy_iters)
+    setup = tp.make_setup("tower_graph.py", args.smoke, eb.Repeats(2, args.target_ms, 10, 60), args.copy_iters)
     lookaheads = tuple(int(la) for la in args.lookaheads.split(","))
     start = time.monotonic()
     report: dict[str, Any] = {

@@ -323,17 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lookahead", type=int, default=1)
     parser.add_argument("--iters", type=int, default=20)
     args = parser.parse_args(argv)
-    if args.smoke:
-        sys.path.insert(0, str(tp.REPO / "tests" / "patches"))
-        from vllm_cpu import ensure_tree, import_on_cpu
-
-        import_on_cpu(ensure_tree())
-        torch.set_num_threads(1)
-        setup = tp.Setup(torch.device("cpu"), torch.float32, True, eb.Repeats(1, 0.0, 1, 1), copy_iters=2)
-    else:
-        if not torch.cuda.is_available():
-            sys.exit("tower_host_time.py needs a CUDA GPU (--smoke runs the code paths on the CPU)")
-        setup = tp.Setup(torch.device("cuda"), torch.bfloat16, False, eb.Repeats(2, 0.0, 1, 1), copy_iters=2)
+    setup = tp.make_setup("tower_host_time.py", args.smoke, eb.Repeats(2, 0.0, 1, 1), copy_iters=2)
     case = next(c for c in tp.CASES if c.name == args.case)
     with tp.tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         resident = tp.build_tower(setup, args.tower)

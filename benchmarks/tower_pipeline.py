@@ -587,29 +587,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    if args.smoke:
-        # The patched tree on the CPU, as tests/patches imports it.
+def make_setup(script: str, smoke: bool, repeats: eb.Repeats, copy_iters: int, resident_gb: float = 0.0) -> Setup:
+    """The run's device and dtype: the GPU in bf16 with `repeats`, or, for `smoke`, the
+    patched tree on the CPU (as tests/patches imports it) in fp32, once each. Exits with a
+    message naming `script` when a GPU run finds no GPU."""
+    if smoke:
         sys.path.insert(0, str(REPO / "tests" / "patches"))
         from vllm_cpu import ensure_tree, import_on_cpu
 
         import_on_cpu(ensure_tree())
         # Tiny ops: one thread runs them faster than a pool (and shares a CI machine better).
         torch.set_num_threads(1)
-        setup = Setup(
-            torch.device("cpu"),
-            torch.float32,
-            True,
-            eb.Repeats(1, 0.0, 1, 1),
-            copy_iters=2,
-            resident_gb=args.resident_gb,
-        )
-    else:
-        if not torch.cuda.is_available():
-            sys.exit("tower_pipeline.py needs a CUDA GPU (--smoke runs the code paths on the CPU)")
-        repeats = eb.Repeats(args.warmup, args.target_ms, args.min_iters, args.max_iters)
-        setup = Setup(torch.device("cuda"), torch.bfloat16, False, repeats, args.copy_iters, args.resident_gb)
+        return Setup(torch.device("cpu"), torch.float32, True, eb.Repeats(1, 0.0, 1, 1), 2, resident_gb)
+    if not torch.cuda.is_available():
+        sys.exit(f"{script} needs a CUDA GPU (--smoke runs the code paths on the CPU)")
+    return Setup(torch.device("cuda"), torch.bfloat16, False, repeats, copy_iters, resident_gb)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    repeats = eb.Repeats(args.warmup, args.target_ms, args.min_iters, args.max_iters)
+    setup = make_setup("tower_pipeline.py", args.smoke, repeats, args.copy_iters, args.resident_gb)
     with tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         run(args, setup)
 
