@@ -52,8 +52,6 @@ from vllm_fork.core.fs import write_atomic  # noqa: E402
 
 MiB = 1 << 20
 SINGLE_TOKENS = (64, 256, 1024, 2223)
-# The ViT attention backends a graph can be made with on the lent H200 (no FlashAttention).
-VIT_ATTENTION = ("TORCH_SDPA", "TRITON_ATTN")
 
 
 def cases(vit_attention: str) -> list[tp.Case]:
@@ -67,20 +65,6 @@ def cases(vit_attention: str) -> list[tp.Case]:
     if vit_attention == "TORCH_SDPA":
         return [c for c in tp.SINGLE if c.name in {f"image-{n}" for n in SINGLE_TOKENS}]
     return list(tp.CASES)
-
-
-def use_vit_attention(module: torch.nn.Module, backend: str) -> None:
-    """Run the tower's attention with `backend`, as `--mm-encoder-attn-backend` would choose
-    it when the tower is built (the benchmark builds towers without a model config)."""
-    from vllm.model_executor.layers.attention.mm_encoder_attention import MMEncoderAttention
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum
-
-    chosen = AttentionBackendEnum[backend]
-    module.attn_backend = chosen
-    for layer in module.modules():
-        if isinstance(layer, MMEncoderAttention):
-            layer.attn_backend = chosen
-            layer.is_flash_attn_backend = False
 
 
 def metadata(module: torch.nn.Module, grids: tuple[tp.Grid, ...], vit_attention: str) -> dict[str, Any]:
@@ -160,11 +144,9 @@ def measure_tower(tower: str, setup: tp.Setup, lookaheads: tuple[int, ...], vit_
     """Every case a graph can hold on one tower: eager resident, graphs resident and
     streamed (one streamed tower per lookahead)."""
     resident = tp.build_tower(setup, tower)
-    use_vit_attention(resident, vit_attention)
     streamed_modules = {}
     for lookahead in lookaheads:
         module = tp.build_tower(setup, tower)  # same seed, same weights
-        use_vit_attention(module, vit_attention)
         streamed_modules[lookahead] = (module, tp.stream(module, lookahead))
     first_module, first_offloader = streamed_modules[lookaheads[0]]
     streamed = first_offloader.tower_streamer.towers[0]
@@ -310,7 +292,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lookaheads", default="1,2,3")
     parser.add_argument(
         "--vit-attention",
-        choices=VIT_ATTENTION,
+        choices=tp.VIT_ATTENTION,
         default="TRITON_ATTN",
         help="the ViT attention backend (TORCH_SDPA: single images only)",
     )
@@ -321,7 +303,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    setup = tp.make_setup("tower_graph.py", args.smoke, eb.Repeats(2, args.target_ms, 10, 60), args.copy_iters)
+    repeats = eb.Repeats(2, args.target_ms, 10, 60)
+    setup = tp.make_setup("tower_graph.py", args.smoke, repeats, args.copy_iters, vit_attention=args.vit_attention)
     lookaheads = tuple(int(la) for la in args.lookaheads.split(","))
     start = time.monotonic()
     report: dict[str, Any] = {

@@ -81,6 +81,10 @@ TINY_VISION = {
 TINY_COMMON = {"deepstack_visual_indexes": [1, 2], "num_position_embeddings": 64, "patch_size": 4}
 
 TOWERS = {"2B": QWEN3_VL_2B_VISION, "8B": QWEN3_VL_8B_VISION}
+# The ViT attention backends the lent H200 runs (no FlashAttention there): SDPA reads the
+# sequences' split sizes on the host; Triton's reads `cu_seqlens` on the device, as
+# FlashAttention does (no host sync per layer, and capturable in a CUDA graph).
+VIT_ATTENTION = ("TORCH_SDPA", "TRITON_ATTN")
 LOOKAHEADS = (1, 2, 3)
 MERGE = 2
 
@@ -169,6 +173,7 @@ class Setup:
     repeats: eb.Repeats
     copy_iters: int
     resident_gb: float = 0.0  # --offload-towers-resident-gb
+    vit_attention: str = "TORCH_SDPA"  # --mm-encoder-attn-backend, one of VIT_ATTENTION
 
     def vision(self, tower: str) -> dict[str, Any]:
         if self.smoke:
@@ -203,7 +208,23 @@ def build_tower(setup: Setup, tower: str, seed: int = 0) -> torch.nn.Module:
     tf.seed_weights([module], setup.device, seed)
     if setup.device.type == "cpu":
         tf.use_plain_cpu_linear(module)
+    use_vit_attention(module, setup.vit_attention)
     return module
+
+
+def use_vit_attention(module: torch.nn.Module, backend: str) -> None:
+    """Run the tower's attention with `backend`, as `--mm-encoder-attn-backend` would choose
+    it when the tower is built (the benchmarks build towers without a model config). On the
+    CPU vLLM computes every backend with SDPA; the metadata still follows the backend."""
+    from vllm.model_executor.layers.attention.mm_encoder_attention import MMEncoderAttention
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    chosen = AttentionBackendEnum[backend]
+    module.attn_backend = chosen
+    for layer in module.modules():
+        if isinstance(layer, MMEncoderAttention):
+            layer.attn_backend = chosen
+            layer.is_flash_attn_backend = False
 
 
 def stream(module: torch.nn.Module, lookahead: int, resident_gb: float = 0.0) -> Any:
@@ -563,6 +584,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-iters", type=int, default=30)
     parser.add_argument("--copy-iters", type=int, default=20)
     parser.add_argument(
+        "--vit-attention",
+        choices=VIT_ATTENTION,
+        default="TORCH_SDPA",
+        help="the ViT attention backend (TRITON_ATTN: cu_seqlens on the device, no host sync per layer)",
+    )
+    parser.add_argument(
         "--resident-gb",
         type=float,
         default=0.0,
@@ -587,7 +614,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def make_setup(script: str, smoke: bool, repeats: eb.Repeats, copy_iters: int, resident_gb: float = 0.0) -> Setup:
+def make_setup(
+    script: str,
+    smoke: bool,
+    repeats: eb.Repeats,
+    copy_iters: int,
+    resident_gb: float = 0.0,
+    vit_attention: str = "TORCH_SDPA",
+) -> Setup:
     """The run's device and dtype: the GPU in bf16 with `repeats`, or, for `smoke`, the
     patched tree on the CPU (as tests/patches imports it) in fp32, once each. Exits with a
     message naming `script` when a GPU run finds no GPU."""
@@ -598,16 +632,16 @@ def make_setup(script: str, smoke: bool, repeats: eb.Repeats, copy_iters: int, r
         import_on_cpu(ensure_tree())
         # Tiny ops: one thread runs them faster than a pool (and shares a CI machine better).
         torch.set_num_threads(1)
-        return Setup(torch.device("cpu"), torch.float32, True, eb.Repeats(1, 0.0, 1, 1), 2, resident_gb)
+        return Setup(torch.device("cpu"), torch.float32, True, eb.Repeats(1, 0.0, 1, 1), 2, resident_gb, vit_attention)
     if not torch.cuda.is_available():
         sys.exit(f"{script} needs a CUDA GPU (--smoke runs the code paths on the CPU)")
-    return Setup(torch.device("cuda"), torch.bfloat16, False, repeats, copy_iters, resident_gb)
+    return Setup(torch.device("cuda"), torch.bfloat16, False, repeats, copy_iters, resident_gb, vit_attention)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     repeats = eb.Repeats(args.warmup, args.target_ms, args.min_iters, args.max_iters)
-    setup = make_setup("tower_pipeline.py", args.smoke, repeats, args.copy_iters, args.resident_gb)
+    setup = make_setup("tower_pipeline.py", args.smoke, repeats, args.copy_iters, args.resident_gb, args.vit_attention)
     with tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         run(args, setup)
 
@@ -627,6 +661,7 @@ def run(args: argparse.Namespace, setup: Setup) -> None:
             "budget_s": args.budget_s,
             "lookaheads": lookaheads,
             "resident_gb": setup.resident_gb,
+            "vit_attention": setup.vit_attention,
         },
         "cases": [
             {
@@ -707,11 +742,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         + ("." if report["complete"] else " so far: an INCOMPLETE run (it stopped or is still running).")
         + (
             " vLLM's Python tree with pure-torch stand-ins for its compiled extensions "
-            "(../shared/gpu): SDPA attention, not FlashAttention, so compute is slower "
+            "(../shared/gpu): no FlashAttention, so compute is slower "
             "than in production and fewer cases are copy-bound."
             if m.get("vllm_gpu_standins")
             else ""
-        ),
+        )
+        + f" ViT attention: {report['settings'].get('vit_attention', 'TORCH_SDPA')}.",
         "",
         "Towers: Qwen3-VL `Qwen3_VisionTransformer` as vLLM builds it, random "
         f"{report['dtype'].replace('torch.', '')} weights; streamed through `PrefetchOffloader("

@@ -79,7 +79,7 @@ ab)
   ;;
 pipeline)
   host_time
-  in_repo "timeout $((pipeline_budget + 60)) python3 benchmarks/tower_pipeline.py --budget-s $pipeline_budget --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
+  in_repo "timeout $((pipeline_budget + 60)) python3 benchmarks/tower_pipeline.py ${PIPELINE_ARGS:-} --budget-s $pipeline_budget --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
   # The same 2B rows with 128 MiB of the tower's first units resident (--offload-towers-resident-gb);
   # PIPELINE_RESIDENT_ROWS=0 skips them.
   [ "${PIPELINE_RESIDENT_ROWS:-1}" = 0 ] || in_repo "timeout 120 python3 benchmarks/tower_pipeline.py --towers 2B --lookaheads 1 --resident-gb 0.125 --profile none --budget-s 80 --out-dir $OUT/tower_pipeline_resident" 2>&1 | tee "$OUT/tower-pipeline-resident.log" | tail -20

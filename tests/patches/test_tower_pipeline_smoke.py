@@ -153,6 +153,27 @@ def test_a_resident_budget_streams_fewer_bytes_bit_identically(vllm_tree: Path, 
     assert "offload_towers_resident_gb=0.0002" in markdown
 
 
+def test_the_matrix_with_triton_vit_attention_keeps_cu_seqlens_on_the_device(vllm_tree: Path, tmp_path: Path):
+    """--vit-attention TRITON_ATTN: the towers' metadata is the Triton backend's (cu_seqlens
+    as a tensor for the device; on the CPU vLLM computes the attention with SDPA), every case
+    bit-identical, the backend named in the JSON and the Markdown."""
+    report, markdown = run_smoke(
+        vllm_tree,
+        tmp_path,
+        "--towers",
+        "2B",
+        "--lookaheads",
+        "1",
+        "--profile",
+        "none",
+        "--vit-attention",
+        "TRITON_ATTN",
+    )
+    assert report["settings"]["vit_attention"] == "TRITON_ATTN"
+    assert all(r["status"] == "ok" and r["bit_identical"] is True for r in report["rows"])
+    assert "ViT attention: TRITON_ATTN." in markdown
+
+
 def test_host_time_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: Path) -> None:
     """benchmarks/tower_host_time.py --smoke: both encodes, the per-unit operations, the profile."""
     out = tmp_path / "tower_host_time.json"
