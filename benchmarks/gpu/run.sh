@@ -15,7 +15,7 @@
 #   bash benchmarks/gpu/run.sh qwen3     # the Qwen3-VL eager engine test alone (resident vs streamed)
 #   bash benchmarks/gpu/run.sh encgraphs # the engine with encoder CUDA graphs, resident vs streamed (Qwen3-VL)
 #   bash benchmarks/gpu/run.sh hosttime  # tower_host_time.py alone: the streamer's host time per unit, by step
-#   bash benchmarks/gpu/run.sh graph     # tower_graph.py: the matrix's one-encode cases, resident vs streamed, CUDA graphs (GRAPH_ARGS)
+#   bash benchmarks/gpu/run.sh graph     # tower_graph.py: every case of the matrix, resident vs streamed, CUDA graphs (GRAPH_ARGS)
 #   bash benchmarks/gpu/run.sh ab        # tower_host_time.py on the AB_BASE files (stage.sh) and on the
 #                                        # current tree, alternated AB_ROUNDS (default 3) times
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
