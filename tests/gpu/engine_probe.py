@@ -45,15 +45,23 @@ def harness_kwargs(cudagraphs: bool, encoder_cudagraphs: bool = False) -> dict:
     device; FlashAttention, vLLM's default, is not among the stand-ins: Triton's is.
     """
     cudagraphs = cudagraphs or encoder_cudagraphs
+    # Budgets in image tokens that hold every prompt here (2223 tokens alone, up to three
+    # images of 1088 together): three graphs, not one per power of two up to the
+    # scheduler's token budget.
+    encoder_graphs = {
+        "cudagraph_mm_encoder": True,
+        "encoder_cudagraph_token_budgets": [256, 1024, 2304],
+        "encoder_cudagraph_max_vision_items_per_batch": 3,
+    }
     if os.environ.get("VLLM_GPU_STANDINS") != "1":
         if encoder_cudagraphs:
-            return {"compilation_config": {"cudagraph_mm_encoder": True}}
+            return {"compilation_config": encoder_graphs}
         return {} if cudagraphs else {"enforce_eager": True}
     compilation: dict = {"custom_ops": ["none"], "mode": 0}
     if cudagraphs:
         compilation["cudagraph_mode"] = "FULL_DECODE_ONLY"
     if encoder_cudagraphs:
-        compilation["cudagraph_mm_encoder"] = True
+        compilation.update(encoder_graphs)
     return {
         "attention_backend": "TRITON_ATTN",
         **({"mm_encoder_attn_backend": "TRITON_ATTN"} if encoder_cudagraphs else {}),
