@@ -127,18 +127,17 @@ def test_cases_past_the_time_budget_are_recorded_as_skipped(vllm_tree: Path, tmp
     assert f"{len(report['cases'])} rows skipped" in markdown
 
 
+#: One tower at one lookahead, no profile: the smallest matrix run that still covers every case.
+ONE_TOWER = ("--towers", "2B", "--lookaheads", "1", "--profile", "none")
+
+
 def test_a_resident_budget_streams_fewer_bytes_bit_identically(vllm_tree: Path, tmp_path: Path):
     """--resident-gb: the first units stay resident, the rest stream, outputs unchanged."""
-    full, _ = run_smoke(vllm_tree, tmp_path / "full", "--towers", "2B", "--lookaheads", "1", "--profile", "none")
+    full, _ = run_smoke(vllm_tree, tmp_path / "full", *ONE_TOWER)
     kept, markdown = run_smoke(
         vllm_tree,
         tmp_path / "kept",
-        "--towers",
-        "2B",
-        "--lookaheads",
-        "1",
-        "--profile",
-        "none",
+        *ONE_TOWER,
         "--resident-gb",
         "0.0002",  # about 210 KB: a few of the tiny tower's first units
     )
@@ -157,18 +156,7 @@ def test_the_matrix_with_triton_vit_attention_keeps_cu_seqlens_on_the_device(vll
     """--vit-attention TRITON_ATTN: the towers' metadata is the Triton backend's (cu_seqlens
     as a tensor for the device; on the CPU vLLM computes the attention with SDPA), every case
     bit-identical, the backend named in the JSON and the Markdown."""
-    report, markdown = run_smoke(
-        vllm_tree,
-        tmp_path,
-        "--towers",
-        "2B",
-        "--lookaheads",
-        "1",
-        "--profile",
-        "none",
-        "--vit-attention",
-        "TRITON_ATTN",
-    )
+    report, markdown = run_smoke(vllm_tree, tmp_path, *ONE_TOWER, "--vit-attention", "TRITON_ATTN")
     assert report["settings"]["vit_attention"] == "TRITON_ATTN"
     assert all(r["status"] == "ok" and r["bit_identical"] is True for r in report["rows"])
     assert "ViT attention: TRITON_ATTN." in markdown
