@@ -176,6 +176,21 @@ def summarize(events: list[dict[str, Any]], top: int = 8) -> dict[str, Any]:
     return summary
 
 
+def kernel_totals(events: list[dict[str, Any]], top: int = 12) -> list[dict[str, Any]]:
+    """The device's kernels by name, the most time first: count and total microseconds.
+
+    Two traces of the same work (a resident and a streamed encode) compared kernel by
+    kernel tell slower kernels from idle time between them.
+    """
+    totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for event in _spans(events, ("kernel",)):
+        entry = totals[event.get("name", "?")]
+        entry[0] += 1
+        entry[1] += float(event.get("dur", 0.0))
+    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:top]
+    return [{"name": name, "count": int(count), "total_us": us} for name, (count, us) in ranked]
+
+
 def _encode_timeline(
     encodes: list[tuple[float, float]],
     device: list[dict[str, Any]],

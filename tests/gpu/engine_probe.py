@@ -177,6 +177,28 @@ def _gpu_allocated(worker) -> int:
     return torch.cuda.memory_allocated()
 
 
+def honour_vit_attn_backend() -> None:
+    """Let `mm_encoder_attn_backend` choose the ViT attention on the stand-ins.
+
+    The stand-ins pin every tower's ViT attention to TORCH_SDPA (vLLM would pick
+    FlashAttention, which they lack); encoder CUDA graphs need a backend that reads
+    `cu_seqlens` on the device, so the configured one (Triton's) is taken as vLLM
+    takes it. Without a configured backend, TORCH_SDPA as before.
+    """
+    import vllm.model_executor.layers.attention.mm_encoder_attention as mm_encoder_attention
+    import vllm.model_executor.models.qwen3_vl as qwen3_vl
+    from vllm.model_executor.models.vision import get_multimodal_config
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    def configured_or_sdpa(head_size: int, dtype: object) -> AttentionBackendEnum:
+        config = get_multimodal_config()
+        chosen = config.mm_encoder_attn_backend if config is not None else None
+        return chosen or AttentionBackendEnum.TORCH_SDPA
+
+    mm_encoder_attention.get_vit_attn_backend = configured_or_sdpa
+    qwen3_vl.get_vit_attn_backend = configured_or_sdpa
+
+
 def run(
     checkpoint: str,
     mode: str,
@@ -193,6 +215,8 @@ def run(
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     from vllm import LLM, SamplingParams
 
+    if encoder_cudagraphs and os.environ.get("VLLM_GPU_STANDINS") == "1":
+        honour_vit_attn_backend()
     family = family_of(Path(checkpoint))
     rss_before = _rss_bytes()
     started = time.perf_counter()

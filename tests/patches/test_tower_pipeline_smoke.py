@@ -230,6 +230,35 @@ def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: P
     assert "Smoke run" in (tmp_path / "tower_graph.md").read_text()
 
 
+def test_graph_benchmark_profiles_a_chosen_case_and_holds_each_encode_to_its_own_bound(
+    vllm_tree: Path, tmp_path: Path
+) -> None:
+    """`--cases` runs only those; `--profile CASE:LOOKAHEAD` keeps a trace of one replay of the
+    resident and the streamed graphs (no device events on the CPU). A run of encodes is held
+    to the sum of each encode's max(resident, floor), which is at least its copies' floor."""
+    run_on_cpu(
+        REPO / "benchmarks" / "tower_graph.py",
+        vllm_tree,
+        *("--towers", "2B", "--lookaheads", "1", "--cases", "image-64,changing-shapes"),
+        *("--profile", "changing-shapes:1", "--out-dir", str(tmp_path)),
+    )
+    report = json.loads((tmp_path / "tower_graph.json").read_text())
+    single, sequence = report["towers"]["2B"]["rows"]
+    assert (single["case"], sequence["case"]) == ("image-64", "changing-shapes")
+    assert "profile" not in single
+    assert single["max_resident_floor_ms"] == max(single["resident_graph"]["median_ms"], single["floor_ms"])
+    assert sequence["max_resident_floor_ms"] >= sequence["floor_ms"]
+    assert sequence["streamed_over_max_resident_floor"] == (
+        sequence["streamed_graph"]["median_ms"] / sequence["max_resident_floor_ms"]
+    )
+    profile = sequence["profile"]
+    assert profile["lookahead"] == 1
+    for name in ("resident", "streamed"):
+        assert "error" not in profile[name], profile[name]
+        assert (tmp_path / profile[name]["trace"]).is_file()
+    assert "## Profile: 2B changing-shapes, lookahead 1" in (tmp_path / "tower_graph.md").read_text()
+
+
 def test_graph_benchmark_with_sdpa_runs_single_images_without_cu_seqlens(vllm_tree: Path, tmp_path: Path) -> None:
     """With SDPA's host split sizes a capture is refused (patch 0003): the benchmark holds
     to single images, one sequence each, no cu_seqlens; same outputs as the eager encode."""

@@ -45,3 +45,25 @@ def test_the_report_names_the_sync_time(summaries):
     text = trace_gaps.render_markdown(summaries["before"])
     assert "ms in synchronizing calls" in text and "0.00 ms in synchronizing calls" not in text
     assert "0.00 ms in synchronizing calls" in trace_gaps.render_markdown(summaries["after"])
+
+
+GRAPHS = ROOT / "benchmarks" / "results" / "gpu-2026-12-02e" / "3-encgraphs-graph" / "tower_graph"
+
+
+def test_kernel_totals_show_a_streamed_graph_runs_the_resident_kernels():
+    """One CUDA graph replay each of the 8B tower on 8 images, resident and streamed
+    (lookahead 3, `tower_graph.py --profile batch-8:3`): the same kernels for the same time;
+    what streaming adds is a copy stream carrying the whole tower."""
+    totals, copies = {}, {}
+    for name in ("resident", "streamed"):
+        events = trace_gaps.load_events(GRAPHS / f"trace-8B-batch-8-{name}.json.gz")
+        ranked = trace_gaps.kernel_totals(events, top=1000)
+        assert [k["total_us"] for k in ranked] == sorted((k["total_us"] for k in ranked), reverse=True)
+        totals[name] = {k["name"]: k for k in ranked}
+        copies[name] = sum(s["htod_bytes"] for s in trace_gaps.summarize(events)["streams"])
+    assert sum(k["count"] for k in totals["resident"].values()) == 532
+    assert sum(k["count"] for k in totals["streamed"].values()) == 532
+    resident, streamed = totals["resident"]["_fwd_kernel"], totals["streamed"]["_fwd_kernel"]
+    assert resident["count"] == streamed["count"] == 27  # Triton's ViT attention, one per block
+    assert abs(streamed["total_us"] / resident["total_us"] - 1) < 0.01
+    assert copies["resident"] == 0 and copies["streamed"] == 1_152_719_360  # the 8B tower's arena
