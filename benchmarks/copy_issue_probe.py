@@ -10,7 +10,10 @@ is (`HostArena`: `cudaHostRegister`, portable and mapped):
 - `UVA memcpy`: `dest.copy_(device_view)`, the arena's device view (UVA) as the source:
   torch sees a device-to-device copy;
 - `UVA kernel`: an elementwise kernel reading the device view (`bitwise_or(src, 0)` on
-  int64 words): one kernel launch whatever the size, the SMs pull the bytes over PCIe.
+  int64 words): one kernel launch whatever the size, the SMs pull the bytes over PCIe;
+- `cudart memcpyAsync`: `cudaMemcpyAsync` called through ctypes on the loaded libcudart
+  (as vLLM's `CudaRTLibrary` calls cudart), the stream an argument: no torch dispatch
+  and no stream switch.
 
 Per way and size: the host's time per issue (a hot loop of issues on a side stream, then
 one sync) and the achieved bandwidth (CUDA events over a batch of copies).
@@ -39,23 +42,44 @@ MiB = 1 << 20
 SIZES_MIB = (4, 16, 32)
 
 
-def ways(host: torch.Tensor, view: torch.Tensor, dest: torch.Tensor) -> dict[str, Callable[[int], None]]:
-    """The ways to copy the first `nbytes` of the arena into `dest`."""
+def cudart_memcpy_async() -> Callable[[int, int, int, int], int]:
+    """`cudaMemcpyAsync(dst, src, count, cudaMemcpyDefault, stream)` of the loaded libcudart."""
+    import ctypes
 
-    def copy_engine(nbytes: int) -> None:
-        dest[:nbytes].copy_(host[:nbytes], non_blocking=True)
+    from vllm.utils.system_utils import find_loaded_library
 
-    def uva_memcpy(nbytes: int) -> None:
-        dest[:nbytes].copy_(view[:nbytes])
-
-    def uva_kernel(nbytes: int) -> None:
-        words = nbytes // 8
-        torch.bitwise_or(view[:nbytes].view(torch.int64)[:words], 0, out=dest[:nbytes].view(torch.int64)[:words])
-
-    return {"copy engine": copy_engine, "UVA memcpy": uva_memcpy, "UVA kernel": uva_kernel}
+    path = find_loaded_library("libcudart")
+    assert path is not None, "libcudart is not loaded"
+    function = ctypes.CDLL(path).cudaMemcpyAsync
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    return function
 
 
-def host_us_per_issue(issue: Callable[[int], None], nbytes: int, side: torch.cuda.Stream, iters: int) -> float:
+def ways(
+    host: torch.Tensor, view: torch.Tensor, dest: torch.Tensor, side: torch.cuda.Stream, nbytes: int
+) -> dict[str, Callable[[], None]]:
+    """The ways to copy the first `nbytes` of the arena into `dest` (on `side`), their
+    tensors sliced beforehand as the streamer's are (a unit's bytes, a slot's view)."""
+    memcpy_async = cudart_memcpy_async()
+    cuda_memcpy_default = 4
+    to, source, mapped = dest[:nbytes], host[:nbytes], view[:nbytes]
+    to_words, mapped_words = to.view(torch.int64)[: nbytes // 8], mapped.view(torch.int64)[: nbytes // 8]
+    dst, src, stream = dest.data_ptr(), host.data_ptr(), side.cuda_stream
+
+    def cudart() -> None:
+        error = memcpy_async(dst, src, nbytes, cuda_memcpy_default, stream)
+        assert error == 0, f"cudaMemcpyAsync: error {error}"
+
+    return {
+        "copy engine": lambda: to.copy_(source, non_blocking=True),
+        "UVA memcpy": lambda: to.copy_(mapped),
+        "UVA kernel": lambda: torch.bitwise_or(mapped_words, 0, out=to_words),
+        "cudart memcpyAsync": cudart,
+    }
+
+
+def host_us_per_issue(issue: Callable[[], None], side: torch.cuda.Stream, iters: int) -> float:
     """The host's time per issue in a hot loop on `side` (median of 5 loops)."""
     loops = []
     for _ in range(5):
@@ -63,20 +87,20 @@ def host_us_per_issue(issue: Callable[[int], None], nbytes: int, side: torch.cud
         with torch.cuda.stream(side):
             start = time.perf_counter()
             for _ in range(iters):
-                issue(nbytes)
+                issue()
             loops.append((time.perf_counter() - start) / iters * 1e6)
         torch.cuda.synchronize()
     return statistics.median(loops)
 
 
-def gb_per_s(issue: Callable[[int], None], nbytes: int, side: torch.cuda.Stream, iters: int) -> float:
+def gb_per_s(issue: Callable[[], None], nbytes: int, side: torch.cuda.Stream, iters: int) -> float:
     """Achieved bandwidth of `iters` copies back to back on `side` (CUDA events)."""
     with torch.cuda.stream(side):
-        issue(nbytes)
+        issue()
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record(side)
         for _ in range(iters):
-            issue(nbytes)
+            issue()
         stop.record(side)
     stop.synchronize()
     return nbytes * iters / (start.elapsed_time(stop) / 1000) / 1e9
@@ -95,20 +119,18 @@ def main() -> None:
     dest = torch.empty(arena.nbytes, dtype=torch.uint8, device=device)
     side = torch.cuda.Stream(device)
     result: dict = {"pinning": arena.pinning, "device": torch.cuda.get_device_name(device), "ways": {}}
-    for name, issue in ways(arena.host, arena.device_view, dest).items():
-        rows = {}
-        for mib in SIZES_MIB:
-            nbytes = mib * MiB
+    for mib in SIZES_MIB:
+        nbytes = mib * MiB
+        for name, issue in ways(arena.host, arena.device_view, dest, side, nbytes).items():
             dest.zero_()
-            issue(nbytes)
+            issue()
             torch.cuda.synchronize()
-            rows[f"{mib} MiB"] = {
-                "host_us_per_issue": host_us_per_issue(issue, nbytes, side, args.iters),
+            result["ways"].setdefault(name, {})[f"{mib} MiB"] = row = {
+                "host_us_per_issue": host_us_per_issue(issue, side, args.iters),
                 "gb_per_s": gb_per_s(issue, nbytes, side, args.iters),
                 "bytes_equal": bool(torch.equal(dest[:nbytes].cpu(), arena.host[:nbytes])),
             }
-        result["ways"][name] = rows
-        print(name, json.dumps(rows), flush=True)
+            print(f"{name}, {mib} MiB: {json.dumps(row)}", flush=True)
     write_atomic(args.out, json.dumps(result, indent=2) + "\n")
 
 
