@@ -193,6 +193,17 @@ def profile_replays(
     return result
 
 
+def link_after(streamed: Any, setup: tp.Setup, iters: int = 5) -> dict[str, float]:
+    """The tower's bulk copy from its arena again, right after a case was timed.
+
+    A lent host's link can slow down for a while (the tower's copies then bound every
+    lookahead alike); a case whose link check is off the run's floor is flagged."""
+    dest = torch.empty(streamed.arena.nbytes, dtype=torch.uint8, device=setup.device)
+    timing = eb.copy_ms([streamed.arena.host], dest, setup.device, iters, warmup=1)
+    del dest
+    return {"median_ms": timing.median_ms, "gb_per_s": eb.gb_per_s(streamed.arena.nbytes, timing.median_ms)}
+
+
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     """The largest elementwise difference of two outputs (0.0: bit-identical but for signed zeros)."""
     return (a.float() - b.float()).abs().max().item()
@@ -258,6 +269,7 @@ def measure_tower(
                 "eager_bit_identical_to_resident_eager": torch.equal(streamed_eager_md[lookahead], eager_md),
                 "graph_equals_own_eager": torch.equal(out, streamed_eager_md[lookahead]),
             }
+        link = link_after(streamed, setup)
         # The graphs again: are their outputs the same every replay?
         again = runs["resident"]()
         profile = None
@@ -281,6 +293,9 @@ def measure_tower(
                 "streamed_graph": streamed_rows[best]["graph"],
                 "encodes": len(shapes),
                 "floor_ms": case_floor_ms,
+                # The link right after the case: off the floor by more than 10 %, flagged.
+                "link_after": link,
+                "link_drift": abs(link["median_ms"] / floor_ms - 1) > 0.10,
                 # The ratio's denominator: each encode's max(resident, floor), summed.
                 "max_resident_floor_ms": bound_ms,
                 "streamed_over_max_resident_floor": streamed_rows[best]["over_max_resident_floor"],
@@ -363,6 +378,18 @@ def markdown(report: dict[str, Any]) -> str:
     rows = [r for data in report["towers"].values() for r in data["rows"]]
     within = sum(r["streamed_over_max_resident_floor"] <= 1.10 for r in rows)
     lines += ["", f"Within 1.10x of max(resident, floor): {within} of {len(rows)}."]
+    drifted = [r for r in rows if r.get("link_drift")]
+    if drifted:
+        lines += [
+            "",
+            "The link was off the floor right after: "
+            + "; ".join(
+                f"{r['tower']} {r['case']} {r['link_after']['median_ms']:.2f} ms "
+                f"({r['link_after']['gb_per_s']:.1f} GB/s)"
+                for r in drifted
+            )
+            + ". Their streamed times may be the link's, not the pipeline's.",
+        ]
     for r in rows:
         if "profile" in r:
             lines += profile_markdown(r)

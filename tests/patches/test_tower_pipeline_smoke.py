@@ -250,6 +250,8 @@ def test_graph_benchmark_profiles_a_chosen_case_and_holds_each_encode_to_its_own
     single, sequence = report["towers"]["2B"]["rows"]
     assert (single["case"], sequence["case"]) == ("image-64", "changing-shapes")
     assert "profile" not in single
+    for row in (single, sequence):  # the link checked again right after each case
+        assert row["link_after"]["median_ms"] > 0 and isinstance(row["link_drift"], bool)
     assert single["max_resident_floor_ms"] == max(single["resident_graph"]["median_ms"], single["floor_ms"])
     assert sequence["max_resident_floor_ms"] >= sequence["floor_ms"]
     assert sequence["streamed_over_max_resident_floor"] == (
