@@ -19,6 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -195,6 +196,33 @@ def copy_ms(
     for _ in range(iters):
         timing.times_ms.append(run_once_ms(copy_all, device)[0])
     return timing
+
+
+def profile_to(path: Path, run: Callable[[], Any], device: torch.device, ranges: list[str]) -> None:
+    """One warm run of `run`, then one profiled run per name in `ranges` (each in a
+    `record_function` range of that name, which covers the host's issuing; the wait for
+    the device follows it); the Chrome trace written gzipped to `path`, atomically."""
+    import gzip
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from vllm_fork.core.fs import write_atomic
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    run()
+    synchronize(device)
+    with profile(activities=activities) as prof:
+        for name in ranges:
+            with record_function(name):
+                run()
+            synchronize(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        write_atomic(path, gzip.compress(raw.read_bytes()))
 
 
 def gb_per_s(nbytes: int, ms: float) -> float:

@@ -32,11 +32,9 @@ claims); tests/patches/test_tower_pipeline_smoke.py runs it.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import shlex
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -163,22 +161,11 @@ def profile_replays(
     """One profiled replay of each run (after a warm one): the trace kept, its streams'
     busy times and copy gaps (`trace_gaps.summarize`) and its kernels by total time.
     A failure is recorded, not raised: the timings matter more."""
-    from torch.profiler import ProfilerActivity, profile, record_function
-
     result: dict[str, Any] = {}
     for name, run in runs.items():
         try:
-            run()
-            eb.synchronize(device)
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                with record_function(f"{trace_gaps.ENCODE_PREFIX} 0"):
-                    run()
-                eb.synchronize(device)
-            with tempfile.TemporaryDirectory() as tmp:
-                raw = Path(tmp) / "trace.json"
-                prof.export_chrome_trace(str(raw))
-                trace = out_dir / f"trace-{tag}-{name}.json.gz"
-                write_atomic(trace, gzip.compress(raw.read_bytes()))
+            trace = out_dir / f"trace-{tag}-{name}.json.gz"
+            eb.profile_to(trace, run, device, [f"{trace_gaps.ENCODE_PREFIX} 0"])
             events = trace_gaps.load_events(trace)
             summary = trace_gaps.summarize(events)
             result[name] = {

@@ -44,11 +44,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
 import json
 import shlex
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -461,25 +459,10 @@ def profile_case(
 
     A failure here is recorded, not raised: the matrix matters more.
     """
-    from torch.profiler import ProfilerActivity, profile, record_function
-
     run = encoder(module, case, setup, inputs)
-    activities = [ProfilerActivity.CPU]
-    if setup.device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
     try:
-        run()
-        eb.synchronize(setup.device)
-        with profile(activities=activities) as prof:
-            for i in range(encodes):
-                # The range covers the host's issuing only; the wait for the device follows it.
-                with record_function(f"{trace_gaps.ENCODE_PREFIX} {i}"):
-                    run()
-                eb.synchronize(setup.device)
-        with tempfile.TemporaryDirectory() as tmp:
-            raw = Path(tmp) / "trace.json"
-            prof.export_chrome_trace(str(raw))
-            write_atomic(out_dir / TRACE_NAME, gzip.compress(raw.read_bytes()))
+        ranges = [f"{trace_gaps.ENCODE_PREFIX} {i}" for i in range(encodes)]
+        eb.profile_to(out_dir / TRACE_NAME, run, setup.device, ranges)
         summary = trace_gaps.summarize(trace_gaps.load_events(out_dir / TRACE_NAME))
     except Exception as e:  # noqa: BLE001 - recorded in the results
         return {"case": case.name, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
