@@ -17,9 +17,10 @@ changes every encode) and every lookahead in 1, 2, 3 (vLLM's
 - the H2D floor, measured in the same run: one bulk copy of the tower's bytes
   from pinned memory, and the same bytes as one copy per streamed unit from
   the tower's own arena;
-- streamed / max(resident, floor) (a sequence: each encode's own max, averaged), the H2D bandwidth the streamed encode
-  achieved (tower bytes / streamed time; the copy-bound cases are those whose
-  floor exceeds the resident time), peak extra GPU memory of an encode
+- streamed / max(resident, floor) (a sequence: each encode's own max,
+  averaged), the H2D bandwidth the streamed encode achieved (tower bytes /
+  streamed time; the copy-bound cases are those whose floor exceeds the
+  resident time), peak extra GPU memory of an encode
   (`max_memory_allocated` over what was allocated before it) resident and
   streamed, and whether the streamed outputs equal the resident ones bit for
   bit (`torch.equal`; the first run of each case, which for the first case is
