@@ -42,15 +42,14 @@ MiB = 1 << 20
 SIZES_MIB = (4, 16, 32)
 
 
-def cudart_memcpy_async() -> Callable[[int, int, int, int], int]:
-    """`cudaMemcpyAsync(dst, src, count, cudaMemcpyDefault, stream)` of the loaded libcudart."""
+def cudart_memcpy_async() -> Callable[[int, int, int, int, int], int]:
+    """`cudaMemcpyAsync(dst, src, count, kind, stream)` of the libcudart vLLM's ctypes
+    wrapper (`CudaRTLibrary`) loads, which does not export that function itself."""
     import ctypes
 
-    from vllm.utils.system_utils import find_loaded_library
+    from vllm.distributed.device_communicators.cuda_wrapper import CudaRTLibrary
 
-    path = find_loaded_library("libcudart")
-    assert path is not None, "libcudart is not loaded"
-    function = ctypes.CDLL(path).cudaMemcpyAsync
+    function = CudaRTLibrary().lib.cudaMemcpyAsync
     function.restype = ctypes.c_int
     function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
     return function

@@ -150,9 +150,9 @@ def ideal_ms(replays: list[Callable[[], torch.Tensor]], whole_ms: float, floor_m
     compute-bound large one. Each resident replay is timed alone for it (interleaved).
     """
     if len(replays) == 1:
-        return max(whole_ms, floor_ms)
+        return tp.perfect_stream_ms([whole_ms], floor_ms)
     timed = eb.time_interleaved({str(i): r for i, r in enumerate(replays)}, setup.device, setup.repeats)
-    return sum(max(timed[str(i)][0].median_ms, floor_ms) for i in range(len(replays)))
+    return tp.perfect_stream_ms([timed[str(i)][0].median_ms for i in range(len(replays))], floor_ms)
 
 
 def profile_replays(

@@ -532,6 +532,12 @@ def rows_of(tower: str, result: dict[str, Any], setup: Setup) -> list[dict[str, 
     return rows
 
 
+def perfect_stream_ms(resident_ms_each: list[float], floor_ms: float) -> float:
+    """What a perfect stream takes for encodes of these resident times: each encode at
+    least the tower's copy, max(resident, floor), summed (issue 11's bound)."""
+    return sum(max(ms, floor_ms) for ms in resident_ms_each)
+
+
 def per_encode_bound(case: Case, resident_ms: float, floor_ms: float, resident: dict[str, Any]) -> float:
     """What a perfect stream takes per encode of `case`: max(resident, floor).
 
@@ -545,7 +551,7 @@ def per_encode_bound(case: Case, resident_ms: float, floor_ms: float, resident: 
         return max(resident_ms, floor_ms)
     alone = [p["ms_per_encode"] for p in parts]
     scale = resident_ms / (sum(alone) / len(alone))
-    return sum(max(a * scale, floor_ms) for a in alone) / len(alone)
+    return perfect_stream_ms([a * scale for a in alone], floor_ms) / len(alone)
 
 
 def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
