@@ -17,13 +17,15 @@
 #   bash benchmarks/gpu/run.sh hosttime  # tower_host_time.py alone: the streamer's host time per unit, by step
 #   bash benchmarks/gpu/run.sh graph     # tower_graph.py: every case of the matrix, resident vs streamed, CUDA graphs (GRAPH_ARGS)
 #   bash benchmarks/gpu/run.sh probe     # copy_issue_probe.py: the host time of one copy issue, four ways (40 s)
+#   bash benchmarks/gpu/run.sh contention # host_contention_probe.py: a resident encode's host time beside a busy link,
+#                                        # a busy copy engine, a stream wait per block (30 s)
 #   bash benchmarks/gpu/run.sh ab        # tower_host_time.py on the AB_BASE files (stage.sh) and on the
 #                                        # current tree, alternated AB_ROUNDS (default 3) times
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
 # PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
 # resident-budget rows, so that a chained call fits in the 600 s a command may take.
 set -uo pipefail
-stages="proof intree qwen3 encgraphs hosttime probe ab graph pipeline matrix serve bench multi"
+stages="proof intree qwen3 encgraphs hosttime probe contention ab graph pipeline matrix serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -62,6 +64,9 @@ proof)
   in_repo "timeout 440 $pytest_gpu tests/gpu/test_tower_streaming_gpu.py tests/gpu/test_engine_offload_towers.py" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
   ;;
 hosttime) host_time ;;
+contention)
+  in_repo "timeout 150 python3 benchmarks/host_contention_probe.py --out $OUT/host_contention.json" 2>&1 | tee "$OUT/host-contention-probe.log" | tail -25
+  ;;
 probe)
   in_repo "timeout 150 python3 benchmarks/copy_issue_probe.py --out $OUT/copy_issue.json" 2>&1 | tee "$OUT/copy-issue-probe.log" | tail -25
   ;;
