@@ -314,6 +314,61 @@ def profile_top(run: Callable[[], Any], device: torch.device, encodes: int, top:
     return out.getvalue()
 
 
+def python_calls(run: Callable[[], Any], device: torch.device, encodes: int) -> dict[str, tuple[float, float]]:
+    """cProfile of `encodes` runs: per Python function (and builtin), calls and own us per encode."""
+    run()
+    eb.synchronize(device)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(encodes):
+        run()
+    eb.synchronize(device)
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    return {
+        f"{Path(file).name}:{line}({name})": (calls / encodes, own_s * 1e6 / encodes)
+        for (file, line, name), (_, calls, own_s, _, _) in stats.items()
+    }
+
+
+def torch_ops(run: Callable[[], Any], device: torch.device, encodes: int) -> dict[str, tuple[float, float]]:
+    """torch.profiler (CPU side) of `encodes` runs: per op, calls and self CPU us per encode."""
+    run()
+    eb.synchronize(device)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(encodes):
+            run()
+        eb.synchronize(device)
+    return {e.key: (e.count / encodes, e.self_cpu_time_total / encodes) for e in prof.key_averages()}
+
+
+def differences(
+    resident: dict[str, tuple[float, float]], streamed: dict[str, tuple[float, float]], top: int
+) -> dict[str, list[dict[str, Any]]]:
+    """What a streamed encode does more than a resident one: the entries whose calls
+    differ, and those with the most extra own time (per encode)."""
+    rows = []
+    for key in resident.keys() | streamed.keys():
+        (calls_r, us_r), (calls_s, us_s) = resident.get(key, (0.0, 0.0)), streamed.get(key, (0.0, 0.0))
+        rows.append(
+            {"what": key, "calls": [round(calls_r, 1), round(calls_s, 1)], "own_us": [round(us_r, 1), round(us_s, 1)]}
+        )
+    more_calls = [r for r in rows if r["calls"][0] != r["calls"][1]]
+    more_calls.sort(key=lambda r: r["own_us"][1] - r["own_us"][0], reverse=True)
+    rows.sort(key=lambda r: r["own_us"][1] - r["own_us"][0], reverse=True)
+    return {"calls_differ": more_calls[:top], "most_extra_time": rows[:top]}
+
+
+def where_streaming_differs(
+    resident: Callable[[], Any], streamed: Callable[[], Any], device: torch.device, encodes: int, top: int = 25
+) -> dict[str, Any]:
+    """The Python calls and torch ops of resident and streamed encodes side by side."""
+    return {
+        "python": differences(python_calls(resident, device, encodes), python_calls(streamed, device, encodes), top),
+        "torch_ops": differences(torch_ops(resident, device, encodes), torch_ops(streamed, device, encodes), top),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -351,12 +406,22 @@ def main(argv: list[str] | None = None) -> None:
         report["extra_host_us_per_unit"] = (report["streamed"]["host_ms"] - report["resident"]["host_ms"]) * 1e3 / units
         report["operations"] = operation_costs(streamed, setup.device)
         report["profile"] = profile_top(run, setup.device, 5, 30)
+        # Per encode, what the streamed tower calls that the resident one does not: the host
+        # time the clocks on the streamer's own steps do not account for.
+        report["differs"] = where_streaming_differs(tp.encoder(resident, case, setup, inputs), run, setup.device, 5)
         del module, offloader, streamed, run
         eb.release_memory(setup.device)
         report["streamer_steps"] = streamer_steps_us(setup, args.tower, case, inputs, args.lookahead, args.iters)
     write_atomic(args.out, json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k not in ("profile", "machine")}, indent=1))
     print(report["profile"])
+    for kind, found in report["differs"].items():
+        for title, rows in found.items():
+            print(f"-- {kind}, {title} (resident / streamed per encode):")
+            for row in rows:
+                print(
+                    f"  {row['what']}: calls {row['calls'][0]:g} / {row['calls'][1]:g}, own us {row['own_us'][0]:.1f} / {row['own_us'][1]:.1f}"
+                )
 
 
 if __name__ == "__main__":

@@ -179,6 +179,10 @@ def test_host_time_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_pat
     assert report["operations"]["set_"] == "ok"
     assert report["operations"]["bind_to_slot_and_back_us"] > 0
     assert "tower_streaming.py" in report["profile"]
+    # Side by side: the streamer's hook is called by the streamed encode only.
+    calls_differ = report["differs"]["python"]["calls_differ"]
+    assert any("tower_streaming.py" in row["what"] and row["calls"][0] == 0 < row["calls"][1] for row in calls_differ)
+    assert report["differs"]["torch_ops"]["most_extra_time"]
     # The clock on the hook's steps: every step ran, per unit, and the entry holds the re-binding.
     steps = report["streamer_steps"]["us_per_unit"]
     assert all(us > 0 for us in steps.values())
