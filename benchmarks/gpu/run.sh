@@ -19,8 +19,8 @@
 #   bash benchmarks/gpu/run.sh probe     # copy_issue_probe.py: the host time of one copy issue, four ways (40 s)
 #   bash benchmarks/gpu/run.sh contention # host_contention_probe.py: a resident encode's host time beside a busy link,
 #                                        # a busy copy engine, a stream wait per block (30 s)
-#   bash benchmarks/gpu/run.sh ab        # tower_host_time.py on the AB_BASE files (stage.sh) and on the
-#                                        # current tree, alternated AB_ROUNDS (default 3) times
+#   bash benchmarks/gpu/run.sh ab        # tower_ab.py: the AB_BASE streamer (stage.sh) and the current one in one
+#                                        # process, AB_ROUNDS (default 60) rounds per case of AB_CASES
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
 # PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
 # resident-budget rows, so that a chained call fits in the 600 s a command may take.
@@ -75,16 +75,16 @@ graph)
   ;;
 ab)
   [ -f .gpu/ab-base/FILES ] || { echo "run.sh ab: stage with AB_BASE=<rev> first" >&2; exit 2; }
+  base=../ab-base/vllm/model_executor/offloader/tower_streaming.py
+  [ -f ".gpu/ab-base/vllm/model_executor/offloader/tower_streaming.py" ] || { echo "run.sh ab: the base's tower_streaming.py is the same as the current one" >&2; exit 2; }
+  # One process per case: the base's streamer (loaded from its file) and the current tree's on two
+  # copies of the tower, a resident third, one encode each per round: the host's drift between
+  # processes (2x on the lent host) falls on all three alike. Other files the base changed are not
+  # overlaid: the base's streamer runs against the current tree.
   mkdir -p "$OUT/ab"
-  for round in $(seq "${AB_ROUNDS:-3}"); do for side in base current; do
-    # .gpu/run.sh unpacks the current tree afresh each call; the base's files go over it.
-    overlay=""
-    [ "$side" = base ] && overlay='set -e; while read -r f; do cp "../ab-base/$f" "/tmp/gpu-vllm/$f"; done < ../ab-base/FILES; set +e;'
-    in_repo "$overlay timeout 150 python3 benchmarks/tower_host_time.py --out $OUT/ab/$side-$round.json" > "$OUT/ab/$side-$round.log" 2>&1
-    # The host's speed drifts by 2x between runs; the hook's work other than the copy issue,
-    # as a multiple of the copy issue on the same run, does not (1.97-2.00x in three runs).
-    python3 benchmarks/gpu/ab_summary.py "$side" "$round" "$OUT/ab/$side-$round.json" 2>&1 | tee -a "$OUT/ab/summary.txt"
-  done; done
+  for case in ${AB_CASES:-2B:image-64 2B:batch-3 8B:video-2}; do
+    in_repo "timeout 150 python3 benchmarks/tower_ab.py --base $base --tower ${case%%:*} --case ${case#*:} --rounds ${AB_ROUNDS:-60} --out $OUT/ab/${case/:/-}.json" 2>&1 | tee -a "$OUT/ab/summary.txt" | tail -3
+  done
   ;;
 pipeline)
   host_time
