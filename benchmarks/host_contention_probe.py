@@ -123,8 +123,7 @@ def main() -> None:
     case = next(c for c in tp.CASES if c.name == args.case)
     with tp.tf.vllm_context("nccl"):
         resident = tp.build_tower(setup, args.tower)
-        vision = setup.vision(args.tower)
-        inputs = tp.Inputs(setup, vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2)
+        inputs = tp.Inputs.for_tower(setup, args.tower)
         streamed_module = tp.build_tower(setup, args.tower)  # same seed: the same weights
         offloader = tp.stream(streamed_module, 1)
         units = len(offloader.tower_streamer.towers[0].units)

@@ -115,8 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         from vllm.model_executor.offloader import tower_streaming as current
 
         base = load_module(args.base, "tower_streaming_base")
-        vision = setup.vision(args.tower)
-        inputs = tp.Inputs(setup, vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2)
+        inputs = tp.Inputs.for_tower(setup, args.tower)
         towers = {side: tp.build_tower(setup, args.tower) for side in SIDES}  # same seed: the same weights
         streamers = {
             "base": stream_with(base, towers["base"], args.lookahead),

@@ -217,8 +217,7 @@ def measure_tower(
     streamed = first_offloader.tower_streamer.towers[0]
     floor = tp.h2d_floor(streamed, setup)
     floor_ms = floor["bulk_pinned"]["median_ms"]
-    vision = setup.vision(tower)
-    inputs = tp.Inputs(setup, vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2)
+    inputs = tp.Inputs.for_tower(setup, tower)
     rows = []
     for case in cases(vit_attention):
         if wanted is not None and case.name not in wanted:

@@ -299,8 +299,8 @@ def streamer_steps_us(setup: Any, tower: str, case: Any, inputs: Any, lookahead:
     return {"units": units, "encodes": encodes, "us_per_unit": {k: v / per for k, v in sorted(clock.us.items())}}
 
 
-def profile_top(run: Callable[[], Any], device: torch.device, encodes: int, top: int) -> str:
-    """cProfile's top functions by own time over `encodes` runs."""
+def profiled(run: Callable[[], Any], device: torch.device, encodes: int) -> pstats.Stats:
+    """cProfile of `encodes` runs, after one unprofiled."""
     run()
     eb.synchronize(device)
     profiler = cProfile.Profile()
@@ -309,22 +309,21 @@ def profile_top(run: Callable[[], Any], device: torch.device, encodes: int, top:
         run()
     eb.synchronize(device)
     profiler.disable()
+    return pstats.Stats(profiler)
+
+
+def profile_top(run: Callable[[], Any], device: torch.device, encodes: int, top: int) -> str:
+    """cProfile's top functions by own time over `encodes` runs."""
     out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    stats = profiled(run, device, encodes)
+    stats.stream = out  # type: ignore[attr-defined]
+    stats.sort_stats("tottime").print_stats(top)
     return out.getvalue()
 
 
 def python_calls(run: Callable[[], Any], device: torch.device, encodes: int) -> dict[str, tuple[float, float]]:
     """cProfile of `encodes` runs: per Python function (and builtin), calls and own us per encode."""
-    run()
-    eb.synchronize(device)
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(encodes):
-        run()
-    eb.synchronize(device)
-    profiler.disable()
-    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    stats = profiled(run, device, encodes).stats  # type: ignore[attr-defined]
     return {
         f"{Path(file).name}:{line}({name})": (calls / encodes, own_s * 1e6 / encodes)
         for (file, line, name), (_, calls, own_s, _, _) in stats.items()
@@ -382,8 +381,7 @@ def main(argv: list[str] | None = None) -> None:
     case = next(c for c in tp.CASES if c.name == args.case)
     with tp.tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         resident = tp.build_tower(setup, args.tower)
-        vision = setup.vision(args.tower)
-        inputs = tp.Inputs(setup, vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2)
+        inputs = tp.Inputs.for_tower(setup, args.tower)
         report: dict[str, Any] = {
             "command": " ".join(["python3", *sys.argv]),
             "machine": eb.machine(setup.device),

@@ -250,6 +250,12 @@ class Inputs:
         self.patch_dim = patch_dim
         self._made: dict[tuple[Grid, ...], torch.Tensor] = {}
 
+    @classmethod
+    def for_tower(cls, setup: Setup, tower: str) -> Inputs:
+        """The inputs of `tower`'s patch embedding: its flattened patches' size."""
+        vision = setup.vision(tower)
+        return cls(setup, vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2)
+
     def __call__(self, grids: tuple[Grid, ...]) -> torch.Tensor:
         if grids not in self._made:
             generator = torch.Generator(device=self.setup.device).manual_seed(1 + len(self._made))
@@ -687,8 +693,7 @@ def run(args: argparse.Namespace, setup: Setup) -> None:
         "rows": [],
     }
     for tower in towers:
-        vision = setup.vision(tower)
-        inputs = Inputs(setup, vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2)
+        inputs = Inputs.for_tower(setup, tower)
         resident, references, facts = resident_phase(tower, setup, inputs, budget)
         result = {"config": setup.vision(tower), **facts, "resident": resident, "streamed": {}}
         report["towers"][tower] = result
