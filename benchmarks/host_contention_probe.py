@@ -113,14 +113,13 @@ def host_issue_ms(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--tower", default="2B", choices=sorted(tp.TOWERS))
-    parser.add_argument("--case", default="image-64")
+    tp.add_one_case_args(parser, lookahead=False)
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
     setup = tp.make_setup("host_contention_probe.py", False, eb.Repeats(2, 0.0, 1, 1), copy_iters=2)
     device = setup.device
     assert device.type == "cuda", "host_contention_probe.py needs a CUDA device"
-    case = next(c for c in tp.CASES if c.name == args.case)
+    case = tp.case_named(args.case)
     with tp.tf.vllm_context("nccl"):
         resident = tp.build_tower(setup, args.tower)
         inputs = tp.Inputs.for_tower(setup, args.tower)

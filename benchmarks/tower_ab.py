@@ -103,14 +103,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base", type=Path, required=True, help="the base's tower_streaming.py")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--tower", default="2B", choices=sorted(tp.TOWERS))
-    parser.add_argument("--case", default="image-64")
-    parser.add_argument("--lookahead", type=int, default=1)
+    tp.add_one_case_args(parser)
     parser.add_argument("--rounds", type=int, default=60)
     args = parser.parse_args(argv)
     setup = tp.make_setup("tower_ab.py", args.smoke, eb.Repeats(2, 0.0, 1, 1), copy_iters=2)
     rounds = 3 if args.smoke else args.rounds
-    case = next(c for c in tp.CASES if c.name == args.case)
+    case = tp.case_named(args.case)
     with tp.tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         from vllm.model_executor.offloader import tower_streaming as current
 

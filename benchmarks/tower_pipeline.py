@@ -580,6 +580,19 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def add_one_case_args(parser: argparse.ArgumentParser, lookahead: bool = True) -> None:
+    """The options of a benchmark that times one case on one tower: --tower, --case (a case
+    of CASES) and, with `lookahead`, --lookahead."""
+    parser.add_argument("--tower", default="2B", choices=sorted(TOWERS))
+    parser.add_argument("--case", default="image-64", choices=[c.name for c in CASES])
+    if lookahead:
+        parser.add_argument("--lookahead", type=int, default=1)
+
+
+def case_named(name: str) -> Case:
+    return next(c for c in CASES if c.name == name)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", type=Path, required=True, help="where the JSON, Markdown and trace go")
