@@ -47,4 +47,23 @@ if [ -n "${AB_BASE:-}" ]; then
   done < .gpu/ab-base/FILES
   echo "stage.sh: AB_BASE $AB_BASE: $(wc -l < .gpu/ab-base/FILES) file(s) for run.sh ab"
 fi
-du -sh .gpu | sed 's/^/stage.sh: /'
+# The device takes at most 64 MiB per call: the checkout's tracked and untracked-not-ignored files
+# plus .gpu/. The Mistral-format wheels (~16 MB) serve only `run.sh matrix`'s pixtral, mistral3 and
+# voxtral towers, so they are the first to go when the committed results have grown too large.
+limit=$((64 * 1024 * 1024))
+carried_bytes() {
+  { git ls-files -z -co --exclude-standard | xargs -0 -r stat -c %s -- 2>/dev/null
+    du -sb .gpu | cut -f1; } | awk '{ total += $1 } END { print total }'
+}
+if [ "$(carried_bytes)" -gt "$limit" ]; then
+  for wheel in "$extra"/*.whl; do rm -f ".gpu/wheels/$(basename "$wheel")"; done
+  echo "stage.sh: over the device's 64 MiB: left out the Mistral-format wheels" \
+    "(run.sh matrix's pixtral, mistral3 and voxtral towers will fail to import)" >&2
+fi
+carried=$(carried_bytes)
+echo "stage.sh: $((carried / 1024 / 1024)) MiB carried with .gpu/ ($(du -sh .gpu | cut -f1) of it .gpu/)"
+if [ "$carried" -gt "$limit" ]; then
+  echo "stage.sh: the device takes at most 64 MiB per call: move large committed results" \
+    "out of the checkout's tracked files, or stage fewer wheels" >&2
+  exit 1
+fi
