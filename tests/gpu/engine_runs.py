@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -16,10 +17,14 @@ LOG_KEYS = ("Model loading took", "Available KV cache", "Streaming tower", "KV c
 
 
 def record(name: str, data: dict) -> None:
-    """Write `data` as `$VLLM_FORK_RESULTS/name` (the device run's `$OUT`; nothing when unset)."""
+    """Write `data` as `$VLLM_FORK_RESULTS/name.gz` (the device run's `$OUT`; nothing when unset).
+
+    Gzipped: the per-request tokens and prompt logprobs make each file ~250 KB of JSON, and
+    the committed results travel with every device call (64 MiB at most, .gpu/ included).
+    """
     directory = os.environ.get("VLLM_FORK_RESULTS")
     if directory:
-        Path(directory, name).write_text(json.dumps(data, indent=1))
+        Path(directory, f"{name}.gz").write_bytes(gzip.compress(json.dumps(data).encode()))
 
 
 def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600) -> dict:

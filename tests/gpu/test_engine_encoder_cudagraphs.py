@@ -7,7 +7,7 @@ a streamed tower is captured with its unit copies (patch 0001). Qwen3-VL with it
 `cu_seqlens` on the device (the GPU test machine has no FlashAttention; SDPA's host split
 sizes are refused in a capture: patch 0003). Equal prompt logprobs prove the replayed
 streamed encoder computes what the replayed resident one does; the managers' hit counts
-prove the graphs ran. Figures go to `$VLLM_FORK_RESULTS` as `engine_qwen3_vl_encoder_cudagraphs.json`.
+prove the graphs ran. Figures go to `$VLLM_FORK_RESULTS` as `engine_qwen3_vl_encoder_cudagraphs.json.gz`.
 """
 
 from __future__ import annotations

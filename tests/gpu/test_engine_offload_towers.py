@@ -7,7 +7,7 @@ second family, whose `device` follows a weight), eager. One engine per
 subprocess (`engine_probe.py`). The prompt logprobs depend on the image embeddings, so
 equal logprobs prove the streamed encoder computes the same output as the
 resident one inside the real engine. Figures go to `$VLLM_FORK_RESULTS`
-(when set) as `engine_<family>_<graphs>.json`.
+(when set) as `engine_<family>_<graphs>.json.gz`.
 """
 
 from __future__ import annotations
