@@ -17,7 +17,8 @@ changes every encode) and every lookahead in 1, 2, 3 (vLLM's
 - the H2D floor, measured in the same run: one bulk copy of the tower's bytes
   from pinned memory, and the same bytes as one copy per streamed unit from
   the tower's own arena;
-- streamed / max(resident, floor) (a sequence: each encode's own max,
+- streamed / max(resident, floor), the median over rounds of a streamed and a
+  resident encode run back to back (a sequence: each encode's own max,
   averaged), the H2D bandwidth the streamed encode achieved (tower bytes /
   streamed time; the copy-bound cases are those whose floor exceeds the
   resident time), peak extra GPU memory of an encode
@@ -47,6 +48,7 @@ import argparse
 import dataclasses
 import json
 import shlex
+import statistics
 import sys
 import time
 import traceback
@@ -513,6 +515,7 @@ def rows_of(tower: str, result: dict[str, Any], setup: Setup) -> list[dict[str, 
             r = streamed.get("resident_paired_ms", resident["ms_per_encode"])
             s = streamed["ms_per_encode"]
             bound = per_encode_bound(case, r, floor_ms, result["resident"])
+            over_bound, over_resident = paired_ratios(case, streamed, floor_ms, result["resident"])
             rows.append(
                 {
                     **row,
@@ -525,8 +528,12 @@ def rows_of(tower: str, result: dict[str, Any], setup: Setup) -> list[dict[str, 
                     "floor_ms": floor_ms,
                     # Per encode: max(resident, floor); a sequence, its encodes' mean.
                     "max_resident_floor_ms": bound,
-                    "streamed_over_max_resident_floor": s / bound,
-                    "streamed_over_resident": s / r,
+                    # Issue 11's ratios: the median over rounds of each round's streamed encode
+                    # over its resident one (see `paired_ratios`); of the medians beside them.
+                    "streamed_over_max_resident_floor": over_bound,
+                    "streamed_over_resident": over_resident,
+                    "median_over_median_max_resident_floor": s / bound,
+                    "median_over_median_resident": s / r,
                     "copy_bound": floor_ms >= r,
                     "streamed_h2d_gb_per_s": eb.gb_per_s(nbytes, s),
                     "streamed_share_of_floor_bandwidth": floor_ms / s,
@@ -536,6 +543,29 @@ def rows_of(tower: str, result: dict[str, Any], setup: Setup) -> list[dict[str, 
                 }
             )
     return rows
+
+
+def paired_ratios(
+    case: Case, streamed: dict[str, Any], floor_ms: float, resident: dict[str, Any]
+) -> tuple[float, float]:
+    """(streamed / max(resident, floor), streamed / resident): the medians over rounds of
+    each round's ratio.
+
+    `time_interleaved` runs one streamed and one resident encode per round, back to back.
+    The lent host's speed drifts by up to 2x within a case (the same 64-token encode took
+    15.5 and 27.8 ms in one run), so two medians taken over separate runs can each land
+    in a different phase of the drift; a round's two encodes share theirs. Without paired
+    runs (a phase timed alone), the ratio of the medians.
+    """
+    n = len(case.encodes)
+    s = streamed["ms_per_encode"]
+    paired = streamed.get("resident_paired_timing")
+    if paired is None:
+        r = resident[case.name]["ms_per_encode"]
+        return s / per_encode_bound(case, r, floor_ms, resident), s / r
+    rounds = list(zip(streamed["timing"]["times_ms"], paired["times_ms"]))
+    over_bound = [(st / n) / per_encode_bound(case, rt / n, floor_ms, resident) for st, rt in rounds]
+    return statistics.median(over_bound), statistics.median(st / rt for st, rt in rounds)
 
 
 def perfect_stream_ms(resident_ms_each: list[float], floor_ms: float) -> float:
@@ -597,6 +627,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", type=Path, required=True, help="where the JSON, Markdown and trace go")
     parser.add_argument("--smoke", action="store_true", help="tiny towers on the CPU: every code path, no timings")
+    parser.add_argument(
+        "--reanalyze",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: take a saved tower_pipeline.json's rows, targets and Markdown again from its timings",
+    )
     parser.add_argument("--towers", default=",".join(TOWERS), help="comma-separated: 2B,8B")
     parser.add_argument("--lookaheads", default=",".join(map(str, LOOKAHEADS)), help="comma-separated, e.g. 1,2,3")
     parser.add_argument(
@@ -668,6 +704,9 @@ def make_setup(
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.reanalyze is not None:
+        print(reanalyze(args.reanalyze, args.out_dir))
+        return
     repeats = eb.Repeats(args.warmup, args.target_ms, args.min_iters, args.max_iters)
     setup = make_setup("tower_pipeline.py", args.smoke, repeats, args.copy_iters, args.resident_gb, args.vit_attention)
     with tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
@@ -736,12 +775,36 @@ def save(report: dict[str, Any], setup: Setup, out_dir: Path, budget: Budget) ->
     Called after every phase, so a run cut short keeps its results.
     """
     report["wall_s"] = round(budget.spent(), 1)
+    return _write(report, setup, out_dir)
+
+
+def _write(report: dict[str, Any], setup: Setup, out_dir: Path) -> str:
+    """The rows and targets from the towers' timings; the JSON and the Markdown written."""
     report["rows"] = [row for name, result in report["towers"].items() for row in rows_of(name, result, setup)]
     report["targets"] = targets(report["rows"])
     markdown = render_markdown(report)
+    out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "tower_pipeline.json", json.dumps(report, indent=2) + "\n")
     write_atomic(out_dir / "tower_pipeline.md", markdown)
     return markdown
+
+
+def reanalyze(saved: Path, out_dir: Path) -> str:
+    """Take a saved run's rows, targets and Markdown again from its timings, running
+    nothing: how a committed matrix follows a change to how its ratios are taken."""
+    report = json.loads(saved.read_text())
+    settings = report["settings"]
+    setup = Setup(
+        torch.device("cpu"),
+        torch.float32,
+        report["smoke"],
+        eb.Repeats(**settings["repeats"]),
+        settings["copy_iters"],
+        settings.get("resident_gb", 0.0),
+        settings.get("vit_attention", "TORCH_SDPA"),
+    )
+    report["reanalyzed"] = shlex.join(["python3", *sys.argv])
+    return _write(report, setup, out_dir)
 
 
 # -- the Markdown -------------------------------------------------------------
@@ -762,7 +825,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Tower streaming pipeline by input shape (issue 11)",
         "",
-        f"Command: `{report['command']}`",
+        f"Command: `{report['command']}`"
+        + (
+            f"; rows, ratios and targets taken again from its timings by `{report['reanalyzed']}`"
+            if report.get("reanalyzed")
+            else ""
+        ),
         "",
         f"{where}; torch {m['torch']}, CUDA {m['cuda']}, Python {m['python']}, {m['host']}; "
         f"{report['when']}; {report['wall_s']} s"
@@ -788,8 +856,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         + ". Times: median per encode (CUDA events; on the CPU, perf_counter) of "
         f"{rep['min_iters']}-{rep['max_iters']} timed runs (about {rep['target_ms']:.0f} ms of runs per case) "
         f"after {rep['warmup']} warm-up runs. Resident = its runs interleaved with the streamed ones "
-        "(the resident phase alone is in the JSON as `resident_alone_ms`). Ratio = streamed / max(resident, H2D floor) (the run of shapes: "
-        "each encode's max, its resident time from its own case scaled to the paired run's, averaged); "
+        "(the resident phase alone is in the JSON as `resident_alone_ms`). Ratio = streamed / max(resident, H2D floor), the median over rounds of each round's "
+        "ratio (a round: one streamed and one resident encode, back to back, so that the host's "
+        "drift falls on both; the ratio of the medians is in the JSON) (the run of shapes: "
+        "each encode's max, its resident time from its own case scaled to the round's, averaged); "
         "copy-bound = the floor exceeds the resident time; bandwidth = tower bytes / streamed time "
         "(share of the floor's bandwidth in brackets); peak extra = max_memory_allocated during an "
         "encode over what was allocated before it.",

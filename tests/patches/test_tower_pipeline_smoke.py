@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -76,11 +77,21 @@ def test_every_case_of_the_matrix_runs_bit_identically(smoke_run):
     assert all(r["status"] == "ok" for r in rows)
     assert all(r["bit_identical"] is True for r in rows)
     for r in rows:
-        assert r["streamed_over_max_resident_floor"] == r["streamed_ms"] / r["max_resident_floor_ms"]
+        assert r["median_over_median_max_resident_floor"] == r["streamed_ms"] / r["max_resident_floor_ms"]
+        assert r["median_over_median_resident"] == r["streamed_ms"] / r["resident_ms"]
+        case = report["towers"][r["tower"]]["streamed"][str(r["lookahead"])]["cases"][r["case"]]
+        rounds = list(zip(case["timing"]["times_ms"], case["resident_paired_timing"]["times_ms"]))
+        # The ratios are the medians of each round's (a streamed and a resident encode back to back).
+        assert r["streamed_over_resident"] == statistics.median(s / t for s, t in rounds)
         if r["case"] != "changing-shapes":
             assert r["max_resident_floor_ms"] == max(r["resident_ms"], r["floor_ms"])
+            assert r["streamed_over_max_resident_floor"] == statistics.median(
+                s / max(t, r["floor_ms"]) for s, t in rounds
+            )
         else:  # each encode held to its own max(resident, floor): never below the run's
             assert r["max_resident_floor_ms"] >= max(r["resident_ms"], r["floor_ms"]) * (1 - 1e-9)
+            highest = max(s / max(t, r["floor_ms"]) for s, t in rounds)
+            assert 0 < r["streamed_over_max_resident_floor"] <= highest * (1 + 1e-9)
     for tower in report["towers"].values():
         assert tower["resident"]["changing-shapes"]["matches_single_encodes"] is True
         assert sorted(tower["streamed"]) == ["1", "2", "3"]
@@ -102,6 +113,31 @@ def test_every_case_of_the_matrix_runs_bit_identically(smoke_run):
     }
     assert all(r["resident_ms"] == paired[(r["tower"], r["case"], r["lookahead"])] for r in rows)
     assert report["targets"]["bit_identical"] == len(rows)
+
+
+def test_a_saved_run_is_taken_again_from_its_timings_alone(smoke_run, tmp_path: Path):
+    """--reanalyze runs nothing: from a saved JSON's timings it writes the same rows and
+    targets, and a Markdown that differs only in saying that it did."""
+    report, markdown = smoke_run
+    saved = tmp_path / "saved.json"
+    # Rows and targets dropped from the input: they must come from the timings.
+    saved.write_text(json.dumps({**report, "rows": [], "targets": {}}))
+    out = tmp_path / "again"
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARK), "--reanalyze", str(saved), "--out-dir", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    again = json.loads((out / "tower_pipeline.json").read_text())
+    assert again["rows"] == report["rows"] and again["targets"] == report["targets"]
+    assert again["reanalyzed"].endswith(f"--reanalyze {saved} --out-dir {out}")
+    lines, lines_again = markdown.splitlines(), (out / "tower_pipeline.md").read_text().splitlines()
+    differ = [i for i, (a, b) in enumerate(zip(lines, lines_again)) if a != b]
+    assert len(lines) == len(lines_again) and len(differ) == 1
+    assert lines_again[differ[0]].startswith(f"Command: `{report['command']}`; rows, ratios and targets taken again")
 
 
 def test_the_profile_and_the_markdown_are_written(smoke_run):
