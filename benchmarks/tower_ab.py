@@ -14,8 +14,18 @@ The base module is loaded from its file under another name and runs against the 
 tree's other modules: a base that needs another changed file cannot be compared this way
 (its import fails, naming it).
 
+`--strip` adds two copies of the current streamer that skip some of its CUDA calls (each
+replaced by a Python function that returns success): `no-memcpy` issues no copy (the
+events and waits stay), `no-cuda-calls` issues no copy, event record or stream wait.
+Their outputs are wrong (they compute on slots no copy wrote) and their times are not a
+streamer's; the per-round differences split a streamed encode's extra host time into the
+hook's Python and parameter swaps (no-cuda-calls - resident), the events and waits
+(no-memcpy - no-cuda-calls) and the copies (current - no-memcpy: the copy's issue, and
+whatever the link's traffic costs the host).
+
     python3 benchmarks/tower_ab.py --base BASE/tower_streaming.py --out FILE.json   # CUDA
-    python3 benchmarks/tower_ab.py --smoke --base FILE --out FILE.json              # CPU
+    python3 benchmarks/tower_ab.py --strip --out FILE.json                           # CUDA
+    python3 benchmarks/tower_ab.py --smoke --base FILE --strip --out FILE.json      # CPU
 """
 
 from __future__ import annotations
@@ -41,7 +51,17 @@ import tower_pipeline as tp  # noqa: E402
 
 from vllm_fork.core.fs import write_atomic  # noqa: E402
 
-SIDES = ("resident", "base", "current")
+#: The current streamer's cudart calls (`_CopyEngine`'s raw functions) each stripped copy skips.
+STRIPPED = {
+    "no-memcpy": ("_memcpy_async",),
+    "no-cuda-calls": ("_memcpy_async", "_event_record", "_stream_wait_event"),
+}
+#: What each part of a streamed encode's extra host time is, as (side, side it is over).
+PARTS = {
+    "hook and swaps": ("no-cuda-calls", "resident"),
+    "events and waits": ("no-memcpy", "no-cuda-calls"),
+    "copies": ("current", "no-memcpy"),
+}
 
 
 def load_module(path: Path, name: str) -> ModuleType:
@@ -62,6 +82,18 @@ def stream_with(streaming: ModuleType, tower: torch.nn.Module, lookahead: int) -
     streamer.wrap(tower, "visual")
     streamer.post_init()
     return streamer
+
+
+def strip(streamer: Any, calls: tuple[str, ...]) -> None:
+    """Make `streamer`'s copy engine skip `calls` (cudart's return: 0, success)."""
+    for tower in streamer.towers:
+        for name in calls:
+            if getattr(tower.engine, name, None) is not None:  # None: no cudart (the CPU)
+                setattr(tower.engine, name, _skipped)
+
+
+def _skipped(*args: Any) -> int:
+    return 0
 
 
 def rotated(names: tuple[str, ...], round_: int) -> list[str]:
@@ -100,64 +132,79 @@ def paired_us_per_unit(a: list[float], b: list[float], units: int) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", type=Path, required=True, help="the base's tower_streaming.py")
+    parser.add_argument("--base", type=Path, help="the base's tower_streaming.py")
+    parser.add_argument("--strip", action="store_true", help="add the current streamer with CUDA calls skipped")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--smoke", action="store_true")
     tp.add_one_case_args(parser)
     parser.add_argument("--rounds", type=int, default=60)
     args = parser.parse_args(argv)
+    if args.base is None and not args.strip:
+        parser.error("nothing to compare: --base FILE, --strip, or both")
     setup = tp.make_setup("tower_ab.py", args.smoke, eb.Repeats(2, 0.0, 1, 1), copy_iters=2)
     rounds = 3 if args.smoke else args.rounds
     case = tp.case_named(args.case)
     with tp.tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         from vllm.model_executor.offloader import tower_streaming as current
 
-        base = load_module(args.base, "tower_streaming_base")
+        versions = {"current": current}
+        if args.base is not None:
+            versions["base"] = load_module(args.base, "tower_streaming_base")
+        if args.strip:
+            versions.update(dict.fromkeys(STRIPPED, current))
+        sides = ("resident", *versions)
         inputs = tp.Inputs.for_tower(setup, args.tower)
-        towers = {side: tp.build_tower(setup, args.tower) for side in SIDES}  # same seed: the same weights
-        streamers = {
-            "base": stream_with(base, towers["base"], args.lookahead),
-            "current": stream_with(current, towers["current"], args.lookahead),
-        }
+        towers = {side: tp.build_tower(setup, args.tower) for side in sides}  # same seed: the same weights
+        streamers = {side: stream_with(module, towers[side], args.lookahead) for side, module in versions.items()}
+        for side, calls in STRIPPED.items():
+            if side in streamers:
+                strip(streamers[side], calls)
         units = {side: len(s.towers[0].units) for side, s in streamers.items()}
-        runs = {side: tp.encoder(towers[side], case, setup, inputs) for side in SIDES}
+        runs = {side: tp.encoder(towers[side], case, setup, inputs) for side in sides}
         reference = runs["resident"]()
-        bit_identical = {side: tp.identical(runs[side](), reference) for side in ("base", "current")}
+        bit_identical = {side: tp.identical(runs[side](), reference) for side in versions}
         times = timed_rounds(runs, setup.device, rounds)
     n = units["current"]
+    host = {side: t["host_ms"] for side, t in times.items()}
     report: dict[str, Any] = {
         "command": " ".join(["python3", *sys.argv]),
         "machine": eb.machine(setup.device),
-        "base": str(args.base),
+        "base": None if args.base is None else str(args.base),
         "tower": args.tower,
         "case": case.description,
         "lookahead": args.lookahead,
         "rounds": rounds,
         "units": units,
+        # The stripped copies compute on slots no copy wrote: not bit-identical on a GPU.
         "bit_identical": bit_identical,
         "median_ms": {side: {k: statistics.median(v) for k, v in t.items()} for side, t in times.items()},
         # Per round, on the host issue: each streamer over resident, and current over base.
         "extra_host_us_per_unit": {
-            side: paired_us_per_unit(times["resident"]["host_ms"], times[side]["host_ms"], units[side])
-            for side in ("base", "current")
+            side: paired_us_per_unit(host["resident"], host[side], units[side]) for side in versions
         },
-        "current_minus_base_host_us_per_unit": paired_us_per_unit(
-            times["base"]["host_ms"], times["current"]["host_ms"], n
-        ),
-        "current_minus_base_total_us_per_unit": paired_us_per_unit(
-            times["base"]["total_ms"], times["current"]["total_ms"], n
-        ),
         "times_ms": {side: {k: [round(x, 3) for x in v] for k, v in t.items()} for side, t in times.items()},
     }
-    write_atomic(args.out, json.dumps(report, indent=1) + "\n")
-    extra, delta = report["extra_host_us_per_unit"], report["current_minus_base_host_us_per_unit"]
-    print(
-        f"{args.tower} {args.case}, {rounds} rounds: host ms resident / base / current "
-        + " / ".join(f"{report['median_ms'][s]['host_ms']:.2f}" for s in SIDES)
-        + f"; over resident per unit: base {extra['base']['median']:.1f} us, current {extra['current']['median']:.1f} us;"
-        f" current - base {delta['median']:+.1f} us per unit (quartiles {delta['q1']:+.1f} / {delta['q3']:+.1f});"
-        f" bit-identical: {bit_identical}"
+    summary = (
+        f"{args.tower} {args.case}, {rounds} rounds: host ms "
+        + " / ".join(f"{side} {report['median_ms'][side]['host_ms']:.2f}" for side in sides)
+        + "; over resident per unit: "
+        + ", ".join(f"{side} {report['extra_host_us_per_unit'][side]['median']:.1f} us" for side in versions)
     )
+    if "base" in versions:
+        delta = report["current_minus_base_host_us_per_unit"] = paired_us_per_unit(host["base"], host["current"], n)
+        report["current_minus_base_total_us_per_unit"] = paired_us_per_unit(
+            times["base"]["total_ms"], times["current"]["total_ms"], n
+        )
+        summary += (
+            f"; current - base {delta['median']:+.1f} us per unit (quartiles {delta['q1']:+.1f} / {delta['q3']:+.1f})"
+        )
+    if args.strip:
+        parts = report["extra_host_us_per_unit_by_part"] = {
+            part: paired_us_per_unit(host[over], host[side], n) for part, (side, over) in PARTS.items()
+        }
+        summary += "; of it: " + ", ".join(f"{part} {parts[part]['median']:.1f} us" for part in PARTS)
+    write_atomic(args.out, json.dumps(report, indent=1) + "\n")
+    print(f"{summary}; bit-identical: {bit_identical}")
 
 
 if __name__ == "__main__":

@@ -21,11 +21,13 @@
 #                                        # a busy copy engine, a stream wait per block (30 s)
 #   bash benchmarks/gpu/run.sh ab        # tower_ab.py: the AB_BASE streamer (stage.sh) and the current one in one
 #                                        # process, AB_ROUNDS (default 60) rounds per case of AB_CASES
+#   bash benchmarks/gpu/run.sh decompose # tower_ab.py --strip: a streamed encode's extra host time split into the
+#                                        # hook's Python, the events and waits, the copies (AB_CASES, AB_ROUNDS)
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
 # PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
 # resident-budget rows, so that a chained call fits in the 600 s a command may take.
 set -uo pipefail
-stages="proof intree qwen3 encgraphs hosttime probe contention ab graph pipeline matrix serve bench multi"
+stages="proof intree qwen3 encgraphs hosttime probe contention ab decompose graph pipeline matrix serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -84,6 +86,14 @@ ab)
   mkdir -p "$OUT/ab"
   for case in ${AB_CASES:-2B:image-64 2B:batch-3 8B:video-2}; do
     in_repo "timeout 150 python3 benchmarks/tower_ab.py --base $base --tower ${case%%:*} --case ${case#*:} --rounds ${AB_ROUNDS:-60} --out $OUT/ab/${case/:/-}.json" 2>&1 | tee -a "$OUT/ab/summary.txt" | tail -3
+  done
+  ;;
+decompose)
+  # The current streamer beside copies of itself that skip its copies, then its events and waits
+  # too (their outputs are wrong, their host time is what the skipped calls cost), and resident.
+  mkdir -p "$OUT/decompose"
+  for case in ${AB_CASES:-2B:image-64 2B:batch-3 8B:video-2}; do
+    in_repo "timeout 150 python3 benchmarks/tower_ab.py --strip --tower ${case%%:*} --case ${case#*:} --rounds ${AB_ROUNDS:-60} --out $OUT/decompose/${case/:/-}.json" 2>&1 | tee -a "$OUT/decompose/summary.txt" | tail -3
   done
   ;;
 pipeline)

@@ -234,16 +234,23 @@ def test_host_time_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_pat
 
 def test_ab_benchmark_compares_two_streamers_in_one_process(vllm_tree: Path, tmp_path: Path) -> None:
     """benchmarks/tower_ab.py --smoke: the base's streamer loaded from a file beside the current
-    tree's, both bit-identical to resident, every round timed on all three towers."""
+    tree's and its stripped copies (--strip), bit-identical to resident, every round timed on
+    every tower, the extra host time split by part."""
     out = tmp_path / "ab.json"
     base = vllm_tree / "vllm" / "model_executor" / "offloader" / "tower_streaming.py"
-    run_on_cpu(REPO / "benchmarks" / "tower_ab.py", vllm_tree, "--base", str(base), "--out", str(out))
+    run_on_cpu(REPO / "benchmarks" / "tower_ab.py", vllm_tree, "--base", str(base), "--strip", "--out", str(out))
     report = json.loads(out.read_text())
-    assert report["bit_identical"] == {"base": True, "current": True}
-    assert report["units"]["base"] == report["units"]["current"] > 1
+    # On the CPU the streamer has no cudart calls to strip: every copy streams bit-identically.
+    sides = {"current": True, "base": True, "no-memcpy": True, "no-cuda-calls": True}
+    assert report["bit_identical"] == sides
+    assert len(set(report["units"].values())) == 1 and report["units"]["current"] > 1
+    assert sorted(report["times_ms"]) == sorted(["resident", *sides])
     assert all(len(t["host_ms"]) == report["rounds"] for t in report["times_ms"].values())
     delta = report["current_minus_base_host_us_per_unit"]
     assert delta["q1"] <= delta["median"] <= delta["q3"]
+    parts = report["extra_host_us_per_unit_by_part"]
+    assert list(parts) == ["hook and swaps", "events and waits", "copies"]
+    assert all(p["q1"] <= p["median"] <= p["q3"] for p in parts.values())
 
 
 def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: Path) -> None:
