@@ -20,7 +20,8 @@
 #   bash benchmarks/gpu/run.sh contention # host_contention_probe.py: a resident encode's host time beside a busy link,
 #                                        # a busy copy engine, a stream wait per block (30 s)
 #   bash benchmarks/gpu/run.sh ab        # tower_ab.py: the AB_BASE streamer (stage.sh) and the current one in one
-#                                        # process, AB_ROUNDS (default 60) rounds per case of AB_CASES
+#                                        # process, AB_ROUNDS (default 60) rounds per case of AB_CASES, AB_ARGS
+#                                        # more options (e.g. --slot-blocks 2: the current streamer's slots)
 #   bash benchmarks/gpu/run.sh decompose # tower_ab.py --strip: a streamed encode's extra host time split into the
 #                                        # hook's Python, the events and waits, the copies (AB_CASES, AB_ROUNDS)
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
@@ -85,7 +86,7 @@ ab)
   # overlaid: the base's streamer runs against the current tree.
   mkdir -p "$OUT/ab"
   for case in ${AB_CASES:-2B:image-64 2B:batch-3 8B:video-2}; do
-    in_repo "timeout 150 python3 benchmarks/tower_ab.py --base $base --tower ${case%%:*} --case ${case#*:} --rounds ${AB_ROUNDS:-60} --out $OUT/ab/${case/:/-}.json" 2>&1 | tee -a "$OUT/ab/summary.txt" | tail -3
+    in_repo "timeout 150 python3 benchmarks/tower_ab.py --base $base --tower ${case%%:*} --case ${case#*:} --rounds ${AB_ROUNDS:-60} ${AB_ARGS:-} --out $OUT/ab/${case/:/-}.json" 2>&1 | tee -a "$OUT/ab/summary.txt" | tail -3
   done
   ;;
 decompose)
@@ -93,7 +94,7 @@ decompose)
   # too (their outputs are wrong, their host time is what the skipped calls cost), and resident.
   mkdir -p "$OUT/decompose"
   for case in ${AB_CASES:-2B:image-64 2B:batch-3 8B:video-2}; do
-    in_repo "timeout 150 python3 benchmarks/tower_ab.py --strip --tower ${case%%:*} --case ${case#*:} --rounds ${AB_ROUNDS:-60} --out $OUT/decompose/${case/:/-}.json" 2>&1 | tee -a "$OUT/decompose/summary.txt" | tail -3
+    in_repo "timeout 150 python3 benchmarks/tower_ab.py --strip --tower ${case%%:*} --case ${case#*:} --rounds ${AB_ROUNDS:-60} ${AB_ARGS:-} --out $OUT/decompose/${case/:/-}.json" 2>&1 | tee -a "$OUT/decompose/summary.txt" | tail -3
   done
   ;;
 pipeline)
