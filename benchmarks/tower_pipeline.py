@@ -515,7 +515,11 @@ def rows_of(tower: str, result: dict[str, Any], setup: Setup) -> list[dict[str, 
             r = streamed.get("resident_paired_ms", resident["ms_per_encode"])
             s = streamed["ms_per_encode"]
             bound = per_encode_bound(case, r, floor_ms, result["resident"])
-            over_bound, over_resident = paired_ratios(case, streamed, floor_ms, result["resident"])
+            over_bound, over_resident = (
+                paired_ratios(case, streamed, floor_ms, result["resident"])
+                if "resident_paired_timing" in streamed
+                else (s / bound, s / r)  # a phase timed alone: the ratio of the medians
+            )
             rows.append(
                 {
                     **row,
@@ -554,16 +558,10 @@ def paired_ratios(
     `time_interleaved` runs one streamed and one resident encode per round, back to back.
     The lent host's speed drifts by up to 2x within a case (the same 64-token encode took
     15.5 and 27.8 ms in one run), so two medians taken over separate runs can each land
-    in a different phase of the drift; a round's two encodes share theirs. Without paired
-    runs (a phase timed alone), the ratio of the medians.
+    in a different phase of the drift; a round's two encodes share theirs.
     """
     n = len(case.encodes)
-    s = streamed["ms_per_encode"]
-    paired = streamed.get("resident_paired_timing")
-    if paired is None:
-        r = resident[case.name]["ms_per_encode"]
-        return s / per_encode_bound(case, r, floor_ms, resident), s / r
-    rounds = list(zip(streamed["timing"]["times_ms"], paired["times_ms"]))
+    rounds = list(zip(streamed["timing"]["times_ms"], streamed["resident_paired_timing"]["times_ms"]))
     over_bound = [(st / n) / per_encode_bound(case, rt / n, floor_ms, resident) for st, rt in rounds]
     return statistics.median(over_bound), statistics.median(st / rt for st, rt in rounds)
 

@@ -47,6 +47,15 @@ intree() {
 host_time() {
   in_repo "timeout 150 python3 benchmarks/tower_host_time.py --out $OUT/tower_host_time.json" 2>&1 | tee "$OUT/tower-host-time.log" | tail -40
 }
+# tower_ab.py once per case of AB_CASES (one process each), into $OUT/$1 with a summary line per case;
+# the rest of the arguments are its options.
+ab_cases() {
+  local dir=$1; shift
+  mkdir -p "$OUT/$dir"
+  for case in ${AB_CASES:-2B:image-64 2B:batch-3 8B:video-2}; do
+    in_repo "timeout 150 python3 benchmarks/tower_ab.py $* --tower ${case%%:*} --case ${case#*:} --rounds ${AB_ROUNDS:-60} ${AB_ARGS:-} --out $OUT/$dir/${case/:/-}.json" 2>&1 | tee -a "$OUT/$dir/summary.txt" | tail -3
+  done
+}
 pipeline_budget=${PIPELINE_BUDGET_S:-300}
 for stage in "$@"; do  # all names checked before any stage spends device time
   [[ " $stages " == *" $stage "* ]] || { echo "run.sh: unknown stage $stage ($stages)" >&2; exit 2; }
@@ -84,18 +93,12 @@ ab)
   # copies of the tower, a resident third, one encode each per round: the host's drift between
   # processes (2x on the lent host) falls on all three alike. Other files the base changed are not
   # overlaid: the base's streamer runs against the current tree.
-  mkdir -p "$OUT/ab"
-  for case in ${AB_CASES:-2B:image-64 2B:batch-3 8B:video-2}; do
-    in_repo "timeout 150 python3 benchmarks/tower_ab.py --base $base --tower ${case%%:*} --case ${case#*:} --rounds ${AB_ROUNDS:-60} ${AB_ARGS:-} --out $OUT/ab/${case/:/-}.json" 2>&1 | tee -a "$OUT/ab/summary.txt" | tail -3
-  done
+  ab_cases ab --base $base
   ;;
 decompose)
   # The current streamer beside copies of itself that skip its copies, then its events and waits
   # too (their outputs are wrong, their host time is what the skipped calls cost), and resident.
-  mkdir -p "$OUT/decompose"
-  for case in ${AB_CASES:-2B:image-64 2B:batch-3 8B:video-2}; do
-    in_repo "timeout 150 python3 benchmarks/tower_ab.py --strip --tower ${case%%:*} --case ${case#*:} --rounds ${AB_ROUNDS:-60} ${AB_ARGS:-} --out $OUT/decompose/${case/:/-}.json" 2>&1 | tee -a "$OUT/decompose/summary.txt" | tail -3
-  done
+  ab_cases decompose --strip
   ;;
 pipeline)
   host_time
