@@ -75,10 +75,11 @@ def load_module(path: Path, name: str) -> ModuleType:
     return module
 
 
-def stream_with(streaming: ModuleType, tower: torch.nn.Module, lookahead: int) -> Any:
+def stream_with(streaming: ModuleType, tower: torch.nn.Module, lookahead: int, slot_mb: int = 0) -> Any:
     """Wrap `tower` with `streaming`'s `TowerStreamer`, as `PrefetchOffloader.wrap_tower`
-    and `post_init` do."""
-    streamer = streaming.TowerStreamer(lookahead=lookahead)
+    and `post_init` do (`slot_mb`: `--offload-towers-slot-mb`, where not 0)."""
+    options = {"slot_bytes": slot_mb << 20} if slot_mb else {}
+    streamer = streaming.TowerStreamer(lookahead=lookahead, **options)
     streamer.wrap(tower, "visual")
     streamer.post_init()
     return streamer
@@ -138,6 +139,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true")
     tp.add_one_case_args(parser)
     parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument(
+        "--slot-blocks",
+        type=int,
+        default=0,
+        help="the current streamer's ring slots hold this many of the tower's blocks (0: the largest unit)",
+    )
     args = parser.parse_args(argv)
     if args.base is None and not args.strip:
         parser.error("nothing to compare: --base FILE, --strip, or both")
@@ -155,7 +162,11 @@ def main(argv: list[str] | None = None) -> None:
         sides = ("resident", *versions)
         inputs = tp.Inputs.for_tower(setup, args.tower)
         towers = {side: tp.build_tower(setup, args.tower) for side in sides}  # same seed: the same weights
-        streamers = {side: stream_with(module, towers[side], args.lookahead) for side, module in versions.items()}
+        slot_mb = tp.slot_mb(towers["current"], args.slot_blocks)
+        streamers = {
+            side: stream_with(module, towers[side], args.lookahead, 0 if side == "base" else slot_mb)
+            for side, module in versions.items()
+        }
         for side, calls in STRIPPED.items():
             if side in streamers:
                 strip(streamers[side], calls)
@@ -173,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         "tower": args.tower,
         "case": case.description,
         "lookahead": args.lookahead,
+        "slot_mb": slot_mb,
         "rounds": rounds,
         "units": units,
         # The stripped copies compute on slots no copy wrote: not bit-identical on a GPU.

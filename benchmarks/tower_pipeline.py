@@ -175,6 +175,7 @@ class Setup:
     copy_iters: int
     resident_gb: float = 0.0  # --offload-towers-resident-gb
     vit_attention: str = "TORCH_SDPA"  # --mm-encoder-attn-backend, one of VIT_ATTENTION
+    slot_blocks: int = 0  # --offload-towers-slot-mb: this many blocks per ring slot (0: the default)
 
     def vision(self, tower: str) -> dict[str, Any]:
         if self.smoke:
@@ -228,7 +229,16 @@ def use_vit_attention(module: torch.nn.Module, backend: str) -> None:
             layer.is_flash_attn_backend = False
 
 
-def stream(module: torch.nn.Module, lookahead: int, resident_gb: float = 0.0) -> Any:
+def slot_mb(module: torch.nn.Module, blocks: int) -> int:
+    """`--offload-towers-slot-mb` for slots of `blocks` of the tower's blocks (as the
+    arena lays them out: each parameter at a 256-byte boundary); 0 for none."""
+    if blocks <= 0:
+        return 0
+    block = sum(-(-p.nbytes // 256) * 256 for p in module.blocks[0].parameters())
+    return -(-blocks * block // MiB)
+
+
+def stream(module: torch.nn.Module, lookahead: int, resident_gb: float = 0.0, slot_blocks: int = 0) -> Any:
     """Hand the tower to vLLM's prefetch offloader, as `_mark_tower_model` does."""
     from vllm.model_executor.offloader import PrefetchOffloader
 
@@ -238,6 +248,7 @@ def stream(module: torch.nn.Module, lookahead: int, resident_gb: float = 0.0) ->
         prefetch_step=lookahead,
         offload_towers=True,
         offload_towers_resident_gb=resident_gb,
+        offload_towers_slot_mb=slot_mb(module, slot_blocks),
     )
     offloader.wrap_tower(module, prefix="visual")
     offloader.post_init()
@@ -405,10 +416,10 @@ def streamed_phase(
     """
     module = build_tower(setup, tower)
     resident_module = build_tower(setup, tower)  # same seed: the same weights
-    offloader = stream(module, lookahead, setup.resident_gb)
+    offloader = stream(module, lookahead, setup.resident_gb, setup.slot_blocks)
     streamed = offloader.tower_streamer.towers[0]
     units = streamed.units
-    slot = max((u.nbytes for u in units if u.spec.recurse), default=0)
+    slot = streamed.slot_bytes
     phase: dict[str, Any] = {
         "units": len(units),
         "largest_unit_mib": max(u.nbytes for u in units) / MiB,
@@ -652,6 +663,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the ViT attention backend (TRITON_ATTN: cu_seqlens on the device, no host sync per layer)",
     )
     parser.add_argument(
+        "--slot-blocks",
+        type=int,
+        default=0,
+        help="--offload-towers-slot-mb: ring slots of this many of the tower's blocks (0: the largest unit)",
+    )
+    parser.add_argument(
         "--resident-gb",
         type=float,
         default=0.0,
@@ -683,6 +700,7 @@ def make_setup(
     copy_iters: int,
     resident_gb: float = 0.0,
     vit_attention: str = "TORCH_SDPA",
+    slot_blocks: int = 0,
 ) -> Setup:
     """The run's device and dtype: the GPU in bf16 with `repeats`, or, for `smoke`, the
     patched tree on the CPU (as tests/patches imports it) in fp32, once each. Exits with a
@@ -694,10 +712,21 @@ def make_setup(
         import_on_cpu(ensure_tree())
         # Tiny ops: one thread runs them faster than a pool (and shares a CI machine better).
         torch.set_num_threads(1)
-        return Setup(torch.device("cpu"), torch.float32, True, eb.Repeats(1, 0.0, 1, 1), 2, resident_gb, vit_attention)
+        return Setup(
+            torch.device("cpu"),
+            torch.float32,
+            True,
+            eb.Repeats(1, 0.0, 1, 1),
+            2,
+            resident_gb,
+            vit_attention,
+            slot_blocks,
+        )
     if not torch.cuda.is_available():
         sys.exit(f"{script} needs a CUDA GPU (--smoke runs the code paths on the CPU)")
-    return Setup(torch.device("cuda"), torch.bfloat16, False, repeats, copy_iters, resident_gb, vit_attention)
+    return Setup(
+        torch.device("cuda"), torch.bfloat16, False, repeats, copy_iters, resident_gb, vit_attention, slot_blocks
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -706,7 +735,15 @@ def main(argv: list[str] | None = None) -> None:
         print(reanalyze(args.reanalyze, args.out_dir))
         return
     repeats = eb.Repeats(args.warmup, args.target_ms, args.min_iters, args.max_iters)
-    setup = make_setup("tower_pipeline.py", args.smoke, repeats, args.copy_iters, args.resident_gb, args.vit_attention)
+    setup = make_setup(
+        "tower_pipeline.py",
+        args.smoke,
+        repeats,
+        args.copy_iters,
+        args.resident_gb,
+        args.vit_attention,
+        args.slot_blocks,
+    )
     with tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         run(args, setup)
 
@@ -726,6 +763,7 @@ def run(args: argparse.Namespace, setup: Setup) -> None:
             "budget_s": args.budget_s,
             "lookaheads": lookaheads,
             "resident_gb": setup.resident_gb,
+            "slot_blocks": setup.slot_blocks,
             "vit_attention": setup.vit_attention,
         },
         "cases": [
@@ -800,6 +838,7 @@ def reanalyze(saved: Path, out_dir: Path) -> str:
         settings["copy_iters"],
         settings.get("resident_gb", 0.0),
         settings.get("vit_attention", "TORCH_SDPA"),
+        settings.get("slot_blocks", 0),
     )
     report["reanalyzed"] = shlex.join(["python3", *sys.argv])
     return _write(report, setup, out_dir)
@@ -849,6 +888,12 @@ def render_markdown(report: dict[str, Any]) -> str:
             f" with `offload_towers_resident_gb={report['settings']['resident_gb']}` (the first units of each"
             " tower stay resident; the H2D floor is the streamed bytes')"
             if report["settings"].get("resident_gb")
+            else ""
+        )
+        + (
+            f" with ring slots of {report['settings']['slot_blocks']} of the tower's blocks"
+            " (`offload_towers_slot_mb`: consecutive units copied as one run where they fit)"
+            if report["settings"].get("slot_blocks")
             else ""
         )
         + ". Times: median per encode (CUDA events; on the CPU, perf_counter) of "

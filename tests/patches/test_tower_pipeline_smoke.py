@@ -191,6 +191,17 @@ def test_a_resident_budget_streams_fewer_bytes_bit_identically(vllm_tree: Path, 
     assert "offload_towers_resident_gb=0.0002" in markdown
 
 
+def test_slots_of_two_blocks_stream_runs_of_units_bit_identically(vllm_tree: Path, tmp_path: Path):
+    """--slot-blocks 2: `--offload-towers-slot-mb` for two of the tower's blocks, rounded up to
+    a MiB (on the tiny tower a MiB holds runs of many units), outputs unchanged."""
+    report, markdown = run_smoke(vllm_tree, tmp_path, *ONE_TOWER, "--slot-blocks", "2")
+    phase = report["towers"]["2B"]["streamed"]["1"]
+    assert phase["ring_mib"] == 2 * 1.0  # lookahead + 1 slots of one MiB
+    assert all(r["status"] == "ok" and r["bit_identical"] is True for r in report["rows"])
+    assert report["settings"]["slot_blocks"] == 2
+    assert "ring slots of 2 of the tower's blocks" in markdown
+
+
 def test_the_matrix_with_triton_vit_attention_keeps_cu_seqlens_on_the_device(vllm_tree: Path, tmp_path: Path):
     """--vit-attention TRITON_ATTN: the towers' metadata is the Triton backend's (cu_seqlens
     as a tensor for the device; on the CPU vLLM computes the attention with SDPA), every case
@@ -238,7 +249,11 @@ def test_ab_benchmark_compares_two_streamers_in_one_process(vllm_tree: Path, tmp
     every tower, the extra host time split by part."""
     out = tmp_path / "ab.json"
     base = vllm_tree / "vllm" / "model_executor" / "offloader" / "tower_streaming.py"
-    run_on_cpu(REPO / "benchmarks" / "tower_ab.py", vllm_tree, "--base", str(base), "--strip", "--out", str(out))
+    run_on_cpu(
+        REPO / "benchmarks" / "tower_ab.py",
+        vllm_tree,
+        *("--base", str(base), "--strip", "--slot-blocks", "2", "--out", str(out)),
+    )
     report = json.loads(out.read_text())
     # On the CPU the streamer has no cudart calls to strip: every copy streams bit-identically.
     sides = {"current": True, "base": True, "no-memcpy": True, "no-cuda-calls": True}
@@ -251,6 +266,7 @@ def test_ab_benchmark_compares_two_streamers_in_one_process(vllm_tree: Path, tmp
     parts = report["extra_host_us_per_unit_by_part"]
     assert list(parts) == ["hook and swaps", "events and waits", "copies"]
     assert all(p["q1"] <= p["median"] <= p["q3"] for p in parts.values())
+    assert report["slot_mb"] == 1  # two tiny blocks, rounded up to a MiB: the current streamer's runs
 
 
 def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: Path) -> None:
