@@ -22,13 +22,15 @@
 #   bash benchmarks/gpu/run.sh ab        # tower_ab.py: the AB_BASE streamer (stage.sh) and the current one in one
 #                                        # process, AB_ROUNDS (default 60) rounds per case of AB_CASES, AB_ARGS
 #                                        # more options (e.g. --slot-blocks 2: the current streamer's slots)
+#   bash benchmarks/gpu/run.sh slots     # tower_pipeline.py with one unit per ring slot and with runs of SLOTS_BLOCKS
+#                                        # blocks, a profile each (SLOTS_ARGS, SLOTS_PROFILE; ~3 min)
 #   bash benchmarks/gpu/run.sh decompose # tower_ab.py --strip: a streamed encode's extra host time split into the
 #                                        # hook's Python, the events and waits, the copies (AB_CASES, AB_ROUNDS)
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
 # PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
 # resident-budget rows, so that a chained call fits in the 600 s a command may take.
 set -uo pipefail
-stages="proof intree qwen3 encgraphs hosttime probe contention ab decompose graph pipeline matrix serve bench multi"
+stages="proof intree qwen3 encgraphs hosttime probe contention ab decompose graph pipeline slots matrix serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -106,6 +108,14 @@ pipeline)
   # The same 2B rows with 128 MiB of the tower's first units resident (--offload-towers-resident-gb);
   # PIPELINE_RESIDENT_ROWS=0 skips them.
   [ "${PIPELINE_RESIDENT_ROWS:-1}" = 0 ] || in_repo "timeout 120 python3 benchmarks/tower_pipeline.py --towers 2B --lookaheads 1 --resident-gb 0.125 --profile none --budget-s 80 --out-dir $OUT/tower_pipeline_resident" 2>&1 | tee "$OUT/tower-pipeline-resident.log" | tail -20
+  ;;
+slots)
+  # Ring slots of one unit against slots of SLOTS_BLOCKS (default 2) blocks on the same machine:
+  # the matrix's cases for SLOTS_ARGS (default the 8B tower at lookahead 1), each with a profile
+  # of SLOTS_PROFILE (default the compute-bound 8B 2223-token image), one directory per slot size.
+  for blocks in 0 "${SLOTS_BLOCKS:-2}"; do
+    in_repo "timeout 140 python3 benchmarks/tower_pipeline.py ${SLOTS_ARGS:---towers 8B --lookaheads 1} --slot-blocks $blocks --profile ${SLOTS_PROFILE:-8B:image-2223:1} --budget-s 60 --out-dir $OUT/slots-$blocks" 2>&1 | tee "$OUT/slots-$blocks.log" | tail -12
+  done
   ;;
 matrix)
   in_repo "timeout 560 python3 benchmarks/tower_matrix.py --out-dir $OUT/tower_matrix" 2>&1 | tee "$OUT/tower-matrix.log" | tail -30
