@@ -164,9 +164,9 @@ def tiny_grid(grid: Grid) -> Grid:
 # -- building, streaming, encoding --------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Setup:
-    """Where and how the towers run."""
+    """Where and how the towers run (keyword-only: built in `make_setup` and `reanalyze`)."""
 
     device: torch.device
     dtype: torch.dtype
@@ -698,6 +698,7 @@ def make_setup(
     smoke: bool,
     repeats: eb.Repeats,
     copy_iters: int,
+    *,
     resident_gb: float = 0.0,
     vit_attention: str = "TORCH_SDPA",
     slot_blocks: int = 0,
@@ -712,20 +713,20 @@ def make_setup(
         import_on_cpu(ensure_tree())
         # Tiny ops: one thread runs them faster than a pool (and shares a CI machine better).
         torch.set_num_threads(1)
-        return Setup(
-            torch.device("cpu"),
-            torch.float32,
-            True,
-            eb.Repeats(1, 0.0, 1, 1),
-            2,
-            resident_gb,
-            vit_attention,
-            slot_blocks,
-        )
-    if not torch.cuda.is_available():
+        device, dtype, repeats, copy_iters = torch.device("cpu"), torch.float32, eb.Repeats(1, 0.0, 1, 1), 2
+    elif not torch.cuda.is_available():
         sys.exit(f"{script} needs a CUDA GPU (--smoke runs the code paths on the CPU)")
+    else:
+        device, dtype = torch.device("cuda"), torch.bfloat16
     return Setup(
-        torch.device("cuda"), torch.bfloat16, False, repeats, copy_iters, resident_gb, vit_attention, slot_blocks
+        device=device,
+        dtype=dtype,
+        smoke=smoke,
+        repeats=repeats,
+        copy_iters=copy_iters,
+        resident_gb=resident_gb,
+        vit_attention=vit_attention,
+        slot_blocks=slot_blocks,
     )
 
 
@@ -740,9 +741,9 @@ def main(argv: list[str] | None = None) -> None:
         args.smoke,
         repeats,
         args.copy_iters,
-        args.resident_gb,
-        args.vit_attention,
-        args.slot_blocks,
+        resident_gb=args.resident_gb,
+        vit_attention=args.vit_attention,
+        slot_blocks=args.slot_blocks,
     )
     with tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         run(args, setup)
@@ -831,14 +832,14 @@ def reanalyze(saved: Path, out_dir: Path) -> str:
     report = json.loads(saved.read_text())
     settings = report["settings"]
     setup = Setup(
-        torch.device("cpu"),
-        torch.float32,
-        report["smoke"],
-        eb.Repeats(**settings["repeats"]),
-        settings["copy_iters"],
-        settings.get("resident_gb", 0.0),
-        settings.get("vit_attention", "TORCH_SDPA"),
-        settings.get("slot_blocks", 0),
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        smoke=report["smoke"],
+        repeats=eb.Repeats(**settings["repeats"]),
+        copy_iters=settings["copy_iters"],
+        resident_gb=settings.get("resident_gb", 0.0),
+        vit_attention=settings.get("vit_attention", "TORCH_SDPA"),
+        slot_blocks=settings.get("slot_blocks", 0),
     )
     report["reanalyzed"] = shlex.join(["python3", *sys.argv])
     return _write(report, setup, out_dir)
