@@ -145,6 +145,12 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="the current streamer's ring slots hold this many of the tower's blocks (0: the largest unit)",
     )
+    parser.add_argument(
+        "--base-slot-blocks",
+        type=int,
+        default=0,
+        help="the same for the base's streamer (a base from before --offload-towers-slot-mb takes only 0)",
+    )
     args = parser.parse_args(argv)
     if args.base is None and not args.strip:
         parser.error("nothing to compare: --base FILE, --strip, or both")
@@ -163,8 +169,9 @@ def main(argv: list[str] | None = None) -> None:
         inputs = tp.Inputs.for_tower(setup, args.tower)
         towers = {side: tp.build_tower(setup, args.tower) for side in sides}  # same seed: the same weights
         slot_mb = tp.slot_mb(towers["current"], args.slot_blocks)
+        base_slot_mb = tp.slot_mb(towers["current"], args.base_slot_blocks)
         streamers = {
-            side: stream_with(module, towers[side], args.lookahead, 0 if side == "base" else slot_mb)
+            side: stream_with(module, towers[side], args.lookahead, base_slot_mb if side == "base" else slot_mb)
             for side, module in versions.items()
         }
         for side, calls in STRIPPED.items():
@@ -175,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
         reference = runs["resident"]()
         bit_identical = {side: tp.identical(runs[side](), reference) for side in versions}
         times = timed_rounds(runs, setup.device, rounds)
+        ring_bytes = {side: s.ring_bytes for side, s in streamers.items()}
     n = units["current"]
     host = {side: t["host_ms"] for side, t in times.items()}
     report: dict[str, Any] = {
@@ -185,6 +193,8 @@ def main(argv: list[str] | None = None) -> None:
         "case": case.description,
         "lookahead": args.lookahead,
         "slot_mb": slot_mb,
+        "base_slot_mb": None if args.base is None else base_slot_mb,
+        "ring_bytes": ring_bytes,
         "rounds": rounds,
         "units": units,
         # The stripped copies compute on slots no copy wrote: not bit-identical on a GPU.

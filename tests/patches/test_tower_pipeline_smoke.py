@@ -252,7 +252,7 @@ def test_ab_benchmark_compares_two_streamers_in_one_process(vllm_tree: Path, tmp
     run_on_cpu(
         REPO / "benchmarks" / "tower_ab.py",
         vllm_tree,
-        *("--base", str(base), "--strip", "--slot-blocks", "2", "--out", str(out)),
+        *("--base", str(base), "--strip", "--slot-blocks", "2", "--base-slot-blocks", "2", "--out", str(out)),
     )
     report = json.loads(out.read_text())
     # On the CPU the streamer has no cudart calls to strip: every copy streams bit-identically.
@@ -266,7 +266,10 @@ def test_ab_benchmark_compares_two_streamers_in_one_process(vllm_tree: Path, tmp
     parts = report["extra_host_us_per_unit_by_part"]
     assert list(parts) == ["hook and swaps", "events and waits", "copies"]
     assert all(p["q1"] <= p["median"] <= p["q3"] for p in parts.values())
-    assert report["slot_mb"] == 1  # two tiny blocks, rounded up to a MiB: the current streamer's runs
+    # Two tiny blocks, rounded up to a MiB: the runs of the current streamer and of the base's,
+    # each ring two such slots at lookahead 1.
+    assert report["slot_mb"] == report["base_slot_mb"] == 1
+    assert set(report["ring_bytes"].values()) == {2 << 20}
 
 
 def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: Path) -> None:
