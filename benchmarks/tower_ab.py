@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--smoke", action="store_true")
     tp.add_one_case_args(parser)
-    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--rounds", type=int, help="rounds of one encode per side (default 60; 3 with --smoke)")
     parser.add_argument(
         "--slot-blocks",
         type=int,
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.base is None and not args.strip:
         parser.error("nothing to compare: --base FILE, --strip, or both")
     setup = tp.make_setup("tower_ab.py", args.smoke, eb.Repeats(2, 0.0, 1, 1), copy_iters=2)
-    rounds = 3 if args.smoke else args.rounds
+    rounds = args.rounds if args.rounds is not None else 3 if args.smoke else 60
     case = tp.case_named(args.case)
     with tp.tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         from vllm.model_executor.offloader import tower_streaming as current
