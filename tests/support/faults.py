@@ -15,8 +15,12 @@ from vllm_fork.core.paths import REPO_ROOT
 #: Runs one tool step in a child: `python -c DRIVER <step> <fork root>`; a ForkError
 #: becomes "error: <message>" and its exit code, as the invoke tasks print it.
 DRIVER = """
+import signal
 import sys
 from pathlib import Path
+# Ctrl-C raises KeyboardInterrupt, as in a terminal's foreground job, even where the test
+# runs in a background job of a shell without job control (SIGINT inherited ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from vllm_fork.core.errors import ForkError
 from vllm_fork.queue import apply as queue
 step, root = sys.argv[1], Path(sys.argv[2])
@@ -79,6 +83,30 @@ def kill_when(proc: subprocess.Popen, ready, sig: int = signal.SIGKILL, timeout:
         # Ctrl-C: the tool's own git children may still be finishing; let the group end.
         _wait_group(proc.pid)
     return True
+
+
+def kill_children(proc: subprocess.Popen, name: str, sig: int = signal.SIGKILL) -> int:
+    """Send `sig` to the child's own children called `name` (a git it runs), not to it."""
+    killed = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, comm, fields = _parse_stat(stat.read_text())
+        except (OSError, ValueError):
+            continue  # ended while listed
+        if int(fields[1]) == proc.pid and comm == name:
+            try:
+                os.kill(pid, sig)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+def _parse_stat(text: str) -> tuple[int, str, list[str]]:
+    """/proc/PID/stat: its pid, its command name (in parentheses) and the fields after."""
+    head, _, rest = text.rpartition(")")
+    pid, _, comm = head.partition(" (")
+    return int(pid), comm, rest.split()
 
 
 def _wait_group(pgid: int, timeout: float = 30) -> None:

@@ -57,6 +57,32 @@ def _after(delay):
     return ready
 
 
+def test_a_git_killed_alone_half_way_is_recovered_by_the_next_apply(fork):
+    """The apply lives on and fails: its `git checkout` died with the index locked
+    (OOM-killed, or a Ctrl-C it took while the apply ignored it); the tree is half
+    checked out, and only the apply's own work, so the next apply makes it again."""
+    head = series_of(fork, 24)
+    before = faults.precious(fork.root)
+    cut_short = 0
+    for _ in range(5):
+        proc = faults.start("apply-force", fork.root)
+        index_lock = faults.exists(fork.tree / ".git" / "index.lock")
+        while proc.poll() is None and not index_lock():
+            time.sleep(0.001)
+        killed = faults.kill_children(proc, "git")
+        _, stderr = proc.communicate(timeout=60)
+        if killed and proc.returncode != 0:
+            cut_short += 1
+            faults.assert_actionable(stderr, "is half-made; the next `invoke apply` makes it again")
+            assert journal_path(fork.tree).exists()  # the next run knows the tree is its own
+        again = faults.run("apply", fork.root)  # no --force, no manual step
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() == head
+        assert not journal_path(fork.tree).exists()
+        assert faults.precious(fork.root) == before
+    assert cut_short >= 1, "no git was caught with the index locked"
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
 def test_apply_killed_at_many_points_is_recovered_by_the_next_apply(fork, sig):
     head = series_of(fork, 24)

@@ -20,6 +20,12 @@ class GitError(ForkError):
     """A git command failed; the message holds the command and git's output."""
 
 
+class StepCutShort(ForkError):
+    """A step failed after it began remaking build/vllm (a git it ran was killed, or
+    ignored a Ctrl-C it could not pass on): the tree holds only the step's own half-done
+    work, so its journal stays and the next run of the step redoes it."""
+
+
 class DownloadError(ForkError):
     """A file could not be fetched from the package index or a remote."""
 

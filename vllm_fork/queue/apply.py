@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import ForkError, GitError, StepCutShort
 from vllm_fork.core.git import am as git_am
 from vllm_fork.core.git import dirty_paths, git, operation_in_progress, out, rev
 from vllm_fork.core.paths import REPO_ROOT, default_tree
@@ -182,6 +182,8 @@ def am(tree: Path, patches: list[Path], three_way: bool = False) -> PatchFailure
     proc = git_am(tree, patches, three_way)
     if proc.returncode == 0:
         return None
+    if proc.returncode < 0:  # killed by a signal: no patch failed, the apply was cut short
+        raise GitError(f"`git am` in {tree} was killed by signal {-proc.returncode} half-way through the queue")
     applying = _gitdir(tree) / "rebase-apply" / "next"
     index = int(applying.read_text()) if applying.exists() else 1
     patch = patches[index - 1]
@@ -249,8 +251,13 @@ def apply(
         # A killed apply (or build, in its apply) left only its own half-done work: redo it.
         ensure_clean(tree, force or (unfinished is not None and unfinished.step in ("apply", "build", "unknown")))
         upstream = ensure_upstream(pin, source, remote)
-        prepare_tree(tree, upstream, pin.tag, force=True)
-        failure = am(tree, patches, three_way)
+        try:
+            prepare_tree(tree, upstream, pin.tag, force=True)
+            failure = am(tree, patches, three_way)
+        except GitError as exc:
+            # From here the tree holds only this apply's work: a git that died half-way
+            # (killed alone, or by a Ctrl-C this process never saw) leaves it half-made.
+            raise StepCutShort(f"{exc}\n{tree} is half-made; the next `invoke apply` makes it again.") from exc
         if failure:
             raise PatchConflict(failure, tree, three_way, pin.tag)
         return mark_applied(tree)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_fork.core import log
+from vllm_fork.core.errors import StepCutShort
 from vllm_fork.core.fs import write_atomic
 from vllm_fork.core.git import git, lock_files
 
@@ -146,8 +147,9 @@ def locked(tree: Path, step: str) -> Iterator[Unfinished | None]:
         except BaseException as exc:
             # An error the user acts on (a conflict, a refusal) ends the step: the tree
             # is as the message says. Only a kill, which runs no code, leaves the journal.
-            # Ctrl-C is cut short like a kill, so it keeps it too and the next run recovers.
-            if not isinstance(exc, KeyboardInterrupt):
+            # Ctrl-C, and a step cut short by a git it ran dying half-way, are like a
+            # kill: the journal stays and the next run recovers.
+            if not isinstance(exc, (KeyboardInterrupt, StepCutShort)):
                 journal_path(tree).unlink(missing_ok=True)
             raise
         finally:
