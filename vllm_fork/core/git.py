@@ -143,24 +143,35 @@ FORMAT_PATCH_FLAGS = (
 
 
 def am(repo: Path, patches: list[Path], three_way: bool = False) -> subprocess.CompletedProcess:
-    """Apply mail-format patches onto HEAD as commits; the caller reads a failure from the result."""
-    return git(
+    """Apply mail-format patches onto HEAD as commits; the caller reads a failure from the
+    result. A `git am` killed by a signal raises: no patch failed, the step was cut short."""
+    return _not_killed(
         repo,
-        "am",
-        "--quiet",
-        # --3way: fall back to a merge with the preimage blobs the patch names (a rebase);
-        # --no-3way: apply exactly or stop (apply, check).
-        "--3way" if three_way else "--no-3way",
-        "--keep-cr",  # keep CRs at line ends: patches to CRLF files apply as written
-        "--keep-non-patch",  # strip only "[PATCH]" from subjects, keep "[Engine] ..."
-        *map(str, patches),
-        check=False,
+        git(
+            repo,
+            "am",
+            "--quiet",
+            # --3way: fall back to a merge with the preimage blobs the patch names (a rebase);
+            # --no-3way: apply exactly or stop (apply, check).
+            "--3way" if three_way else "--no-3way",
+            "--keep-cr",  # keep CRs at line ends: patches to CRLF files apply as written
+            "--keep-non-patch",  # strip only "[PATCH]" from subjects, keep "[Engine] ..."
+            *map(str, patches),
+            check=False,
+        ),
     )
 
 
 def am_continue(repo: Path) -> subprocess.CompletedProcess:
-    """Commit the resolved, staged patch and apply the rest; the caller reads a failure."""
-    return git(repo, "am", "--continue", check=False)
+    """Commit the resolved, staged patch and apply the rest; the caller reads a failure
+    (a kill raises, as in `am`)."""
+    return _not_killed(repo, git(repo, "am", "--continue", check=False))
+
+
+def _not_killed(repo: Path, proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    if proc.returncode < 0:
+        raise GitError(f"`git am` in {repo} was killed by signal {-proc.returncode} half-way through the queue")
+    return proc
 
 
 def am_skip(repo: Path) -> None:
