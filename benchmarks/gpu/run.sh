@@ -24,13 +24,16 @@
 #                                        # more options (e.g. --slot-blocks 2: the current streamer's slots)
 #   bash benchmarks/gpu/run.sh slots     # tower_pipeline.py with one unit per ring slot and with runs of SLOTS_BLOCKS
 #                                        # blocks, a profile each (SLOTS_ARGS, SLOTS_PROFILE; ~3 min)
+#   bash benchmarks/gpu/run.sh resident  # tower_pipeline.py at lookahead 1 (RESIDENT_ARGS), once with the whole tower streamed
+#                                        # and once per budget of RESIDENT_GB (default "0.0625 0.125") of leading units kept
+#                                        # resident (--offload-towers-resident-gb); ~80 s each
 #   bash benchmarks/gpu/run.sh decompose # tower_ab.py --strip: a streamed encode's extra host time split into the
 #                                        # hook's Python, the events and waits, the copies (AB_CASES, AB_ROUNDS)
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
 # PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
 # resident-budget rows, so that a chained call fits in the 600 s a command may take.
 set -uo pipefail
-stages="proof intree qwen3 encgraphs hosttime probe contention ab decompose graph pipeline slots matrix serve bench multi"
+stages="proof intree qwen3 encgraphs hosttime probe contention ab decompose graph pipeline slots resident matrix serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -115,6 +118,12 @@ slots)
   # of SLOTS_PROFILE (default the compute-bound 8B 2223-token image), one directory per slot size.
   for blocks in 0 "${SLOTS_BLOCKS:-2}"; do
     in_repo "timeout 140 python3 benchmarks/tower_pipeline.py ${SLOTS_ARGS:---towers 8B --lookaheads 1} --slot-blocks $blocks --profile ${SLOTS_PROFILE:-8B:image-2223:1} --budget-s 60 --out-dir $OUT/slots-$blocks" 2>&1 | tee "$OUT/slots-$blocks.log" | tail -12
+  done
+  ;;
+resident)
+  # The same machine for every budget: the ratios of a budget against the whole tower streamed.
+  for gb in 0 ${RESIDENT_GB:-0.0625 0.125}; do
+    in_repo "timeout 150 python3 benchmarks/tower_pipeline.py ${RESIDENT_ARGS:---towers 2B,8B --lookaheads 1} --resident-gb $gb --profile none --budget-s 80 --out-dir $OUT/resident-$gb" 2>&1 | tee "$OUT/resident-$gb.log" | tail -8
   done
   ;;
 matrix)
