@@ -23,8 +23,20 @@ hook's Python and parameter swaps (no-cuda-calls - resident), the events and wai
 (no-memcpy - no-cuda-calls) and the copies (current - no-memcpy: the copy's issue, and
 whatever the link's traffic costs the host).
 
+`--hooks` adds three resident towers that do part of what the streamer does to the tower's
+modules and nothing else: `hooked` wraps each unit's forward as the streamer does, with
+entry and exit calls that do nothing; `swapped` also puts parameters made the way the
+streamer makes them on a ring slot (`StreamedUnit.params_on`, views of a device copy of the
+unit laid out as in the arena, two copies used in turn like two slots) in the unit's
+modules for its forward, and its own back after; `swapped-plain` the same with each
+parameter a tensor of its own. All are bit-identical to resident. With
+`--strip` the part "hook and swaps" splits further: the wrapper (hooked - resident), the
+model's forward on swapped parameters and the swaps (swapped - hooked), and the streamer's
+own bookkeeping (no-cuda-calls - swapped).
+
     python3 benchmarks/tower_ab.py --base BASE/tower_streaming.py --out FILE.json   # CUDA
     python3 benchmarks/tower_ab.py --strip --out FILE.json                           # CUDA
+    python3 benchmarks/tower_ab.py --strip --hooks --out FILE.json                   # CUDA
     python3 benchmarks/tower_ab.py --smoke --base FILE --strip --out FILE.json      # CPU
 """
 
@@ -62,6 +74,12 @@ PARTS = {
     "events and waits": ("no-memcpy", "no-cuda-calls"),
     "copies": ("current", "no-memcpy"),
 }
+#: With --hooks, "hook and swaps" in three (the sides of `hook_sides`).
+HOOK_PARTS = {
+    "wrapper": ("hooked", "resident"),
+    "forward on swapped parameters": ("swapped", "hooked"),
+    "bookkeeping": ("no-cuda-calls", "swapped"),
+}
 
 
 def load_module(path: Path, name: str) -> ModuleType:
@@ -95,6 +113,61 @@ def strip(streamer: Any, calls: tuple[str, ...]) -> None:
 
 def _skipped(*args: Any) -> int:
     return 0
+
+
+def hook_units(streaming: ModuleType, tower: torch.nn.Module, side: str, device: torch.device) -> int:
+    """Wrap the forward of each unit the streamer would stream in `tower` (resident) as the
+    streamer does; `swapped`: put parameters made on a device copy of the unit (two copies,
+    used in turn) in its modules for the forward; `swapped-plain`: the same with each
+    parameter a tensor of its own (a clone), not a view of the unit's bytes. Returns the
+    number of units."""
+    _, specs = streaming.keep_small(tower, streaming.split_units(tower))
+    for index, spec in enumerate(specs):
+        unit = streaming.StreamedUnit(spec, index)
+        slots = []
+        for _ in range(0 if side == "hooked" else 2):
+            if side == "swapped-plain":
+                slots.append([_like(place.param, place.param.data.clone()) for place in unit.places])
+                continue
+            flat = torch.empty(unit.nbytes, dtype=torch.uint8, device=device)
+            for place in unit.places:
+                place.view(flat).copy_(place.param.data)
+            slots.append(unit.params_on(flat))
+        _wrap_forward(unit, slots)
+    return len(specs)
+
+
+def _like(original: torch.nn.Parameter, data: torch.Tensor) -> torch.nn.Parameter:
+    """A parameter of `original`'s class and attributes on `data` (as `params_on` makes them)."""
+    param = torch.Tensor._make_subclass(type(original), data, original.requires_grad)
+    param.__dict__.update(original.__dict__)
+    return param
+
+
+def _wrap_forward(unit: Any, slots: list[list[torch.nn.Parameter]]) -> None:
+    module = unit.spec.module
+    inner = module.forward
+    turn = [0]
+
+    def enter(unit: Any) -> int:
+        if slots:
+            turn[0] ^= 1
+            unit.swap_in(slots[turn[0]])
+        return 0
+
+    def leave(unit: Any, position: int) -> None:
+        if slots:
+            unit.swap_out()
+
+    # The streamer's wrapper, call for call (`StreamedTower._hook_unit`).
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        position = enter(unit)
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            leave(unit, position)
+
+    module.forward = forward
 
 
 def rotated(names: tuple[str, ...], round_: int) -> list[str]:
@@ -136,6 +209,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base", type=Path, help="the base's tower_streaming.py")
     parser.add_argument("--strip", action="store_true", help="add the current streamer with CUDA calls skipped")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--hooks", action="store_true", help="add resident towers with the streamer's wrapper, then its swaps"
+    )
     parser.add_argument("--smoke", action="store_true")
     tp.add_one_case_args(parser)
     parser.add_argument("--rounds", type=int, help="rounds of one encode per side (default 60; 3 with --smoke)")
@@ -165,9 +241,11 @@ def main(argv: list[str] | None = None) -> None:
             versions["base"] = load_module(args.base, "tower_streaming_base")
         if args.strip:
             versions.update(dict.fromkeys(STRIPPED, current))
-        sides = ("resident", *versions)
+        hook_sides = ("hooked", "swapped", "swapped-plain") if args.hooks else ()
+        sides = ("resident", *hook_sides, *versions)
         inputs = tp.Inputs.for_tower(setup, args.tower)
         towers = {side: tp.build_tower(setup, args.tower) for side in sides}  # same seed: the same weights
+        hooked = {side: hook_units(current, towers[side], side, setup.device) for side in hook_sides}
         slot_mb = tp.slot_mb(towers["current"], args.slot_blocks)
         base_slot_mb = tp.slot_mb(towers["current"], args.base_slot_blocks)
         streamers = {
@@ -177,10 +255,10 @@ def main(argv: list[str] | None = None) -> None:
         for side, calls in STRIPPED.items():
             if side in streamers:
                 strip(streamers[side], calls)
-        units = {side: len(s.towers[0].units) for side, s in streamers.items()}
+        units = {side: len(s.towers[0].units) for side, s in streamers.items()} | hooked
         runs = {side: tp.encoder(towers[side], case, setup, inputs) for side in sides}
         reference = runs["resident"]()
-        bit_identical = {side: tp.identical(runs[side](), reference) for side in versions}
+        bit_identical = {side: tp.identical(runs[side](), reference) for side in (*hook_sides, *versions)}
         times = timed_rounds(runs, setup.device, rounds)
         ring_bytes = {side: s.ring_bytes for side, s in streamers.items()}
     n = units["current"]
@@ -202,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
         "median_ms": {side: {k: statistics.median(v) for k, v in t.items()} for side, t in times.items()},
         # Per round, on the host issue: each streamer over resident, and current over base.
         "extra_host_us_per_unit": {
-            side: paired_us_per_unit(host["resident"], host[side], units[side]) for side in versions
+            side: paired_us_per_unit(host["resident"], host[side], n) for side in (*hook_sides, *versions)
         },
         "times_ms": {side: {k: [round(x, 3) for x in v] for k, v in t.items()} for side, t in times.items()},
     }
@@ -210,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.tower} {args.case}, {rounds} rounds: host ms "
         + " / ".join(f"{side} {report['median_ms'][side]['host_ms']:.2f}" for side in sides)
         + "; over resident per unit: "
-        + ", ".join(f"{side} {report['extra_host_us_per_unit'][side]['median']:.1f} us" for side in versions)
+        + ", ".join(f"{side} {us['median']:.1f} us" for side, us in report["extra_host_us_per_unit"].items())
     )
     if "base" in versions:
         delta = report["current_minus_base_host_us_per_unit"] = paired_us_per_unit(host["base"], host["current"], n)
@@ -225,6 +303,13 @@ def main(argv: list[str] | None = None) -> None:
             part: paired_us_per_unit(host[over], host[side], n) for part, (side, over) in PARTS.items()
         }
         summary += "; of it: " + ", ".join(f"{part} {parts[part]['median']:.1f} us" for part in PARTS)
+        if args.hooks:
+            hook_parts = report["hook_and_swaps_us_per_unit_by_part"] = {
+                part: paired_us_per_unit(host[over], host[side], n) for part, (side, over) in HOOK_PARTS.items()
+            }
+            summary += (
+                " (hook and swaps: " + ", ".join(f"{p} {v['median']:.1f} us" for p, v in hook_parts.items()) + ")"
+            )
     write_atomic(args.out, json.dumps(report, indent=1) + "\n")
     print(f"{summary}; bit-identical: {bit_identical}")
 

@@ -27,8 +27,9 @@
 #   bash benchmarks/gpu/run.sh resident  # tower_pipeline.py at lookahead 1 (RESIDENT_ARGS), once with the whole tower streamed
 #                                        # and once per budget of RESIDENT_GB (default "0.0625 0.125") of leading units kept
 #                                        # resident (--offload-towers-resident-gb); ~80 s each
-#   bash benchmarks/gpu/run.sh decompose # tower_ab.py --strip: a streamed encode's extra host time split into the
-#                                        # hook's Python, the events and waits, the copies (AB_CASES, AB_ROUNDS)
+#   bash benchmarks/gpu/run.sh decompose # tower_ab.py --strip --hooks: a streamed encode's extra host time split into
+#                                        # the wrapper, the forward on swapped parameters, the streamer's bookkeeping,
+#                                        # the events and waits, the copies (AB_CASES, AB_ROUNDS)
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
 # PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
 # resident-budget rows, so that a chained call fits in the 600 s a command may take.
@@ -103,7 +104,7 @@ ab)
 decompose)
   # The current streamer beside copies of itself that skip its copies, then its events and waits
   # too (their outputs are wrong, their host time is what the skipped calls cost), and resident.
-  ab_cases decompose --strip
+  ab_cases decompose --strip --hooks
   ;;
 pipeline)
   host_time

@@ -245,18 +245,28 @@ def test_host_time_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_pat
 
 def test_ab_benchmark_compares_two_streamers_in_one_process(vllm_tree: Path, tmp_path: Path) -> None:
     """benchmarks/tower_ab.py --smoke: the base's streamer loaded from a file beside the current
-    tree's and its stripped copies (--strip), bit-identical to resident, every round timed on
-    every tower, the extra host time split by part."""
+    tree's, its stripped copies (--strip) and the resident towers with the streamer's wrapper
+    and swaps (--hooks), bit-identical to resident, every round timed on every tower, the
+    extra host time split by part."""
     out = tmp_path / "ab.json"
     base = vllm_tree / "vllm" / "model_executor" / "offloader" / "tower_streaming.py"
     run_on_cpu(
         REPO / "benchmarks" / "tower_ab.py",
         vllm_tree,
-        *("--base", str(base), "--strip", "--slot-blocks", "2", "--base-slot-blocks", "2", "--out", str(out)),
+        *("--base", str(base), "--strip", "--hooks", "--slot-blocks", "2", "--base-slot-blocks", "2"),
+        *("--out", str(out)),
     )
     report = json.loads(out.read_text())
     # On the CPU the streamer has no cudart calls to strip: every copy streams bit-identically.
-    sides = {"current": True, "base": True, "no-memcpy": True, "no-cuda-calls": True}
+    sides = {
+        "hooked": True,
+        "swapped": True,
+        "swapped-plain": True,
+        "current": True,
+        "base": True,
+        "no-memcpy": True,
+        "no-cuda-calls": True,
+    }
     assert report["bit_identical"] == sides
     assert len(set(report["units"].values())) == 1 and report["units"]["current"] > 1
     assert sorted(report["times_ms"]) == sorted(["resident", *sides])
@@ -266,6 +276,8 @@ def test_ab_benchmark_compares_two_streamers_in_one_process(vllm_tree: Path, tmp
     parts = report["extra_host_us_per_unit_by_part"]
     assert list(parts) == ["hook and swaps", "events and waits", "copies"]
     assert all(p["q1"] <= p["median"] <= p["q3"] for p in parts.values())
+    hook_parts = report["hook_and_swaps_us_per_unit_by_part"]
+    assert list(hook_parts) == ["wrapper", "forward on swapped parameters", "bookkeeping"]
     # Two tiny blocks, rounded up to a MiB: the runs of the current streamer and of the base's,
     # each ring two such slots at lookahead 1.
     assert report["slot_mb"] == report["base_slot_mb"] == 1
