@@ -17,6 +17,8 @@
 #   bash benchmarks/gpu/run.sh hosttime  # tower_host_time.py alone: the streamer's host time per unit, by step
 #   bash benchmarks/gpu/run.sh graph     # tower_graph.py: every case of the matrix, resident vs streamed, CUDA graphs (GRAPH_ARGS)
 #   bash benchmarks/gpu/run.sh probe     # copy_issue_probe.py: the host time of one copy issue, four ways (40 s)
+#   bash benchmarks/gpu/run.sh issue     # unit_issue_probe.py: a unit's CUDA calls as now, as one copy graph launch, with
+#                                        # slots released every second unit; host time per unit (ISSUE_OPS, ISSUE_ARGS)
 #   bash benchmarks/gpu/run.sh contention # host_contention_probe.py: a resident encode's host time beside a busy link,
 #                                        # a busy copy engine, a stream wait per block (30 s)
 #   bash benchmarks/gpu/run.sh ab        # tower_ab.py: the AB_BASE streamer (stage.sh) and the current one in one
@@ -34,7 +36,7 @@
 # PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
 # resident-budget rows, so that a chained call fits in the 600 s a command may take.
 set -uo pipefail
-stages="proof intree qwen3 encgraphs hosttime probe contention ab decompose graph pipeline slots resident matrix serve bench multi"
+stages="proof intree qwen3 encgraphs hosttime probe issue contention ab decompose graph pipeline slots resident matrix serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -87,6 +89,13 @@ contention)
   ;;
 probe)
   in_repo "timeout 150 python3 benchmarks/copy_issue_probe.py --out $OUT/copy_issue.json" 2>&1 | tee "$OUT/copy-issue-probe.log" | tail -25
+  ;;
+issue)
+  # The streamer's per-unit CUDA calls against fewer (a copy graph per unit, slots released
+  # every second unit) in an encode-shaped loop; a block's host time as 24 and as 12 kernels.
+  for ops in ${ISSUE_OPS:-24 12}; do
+    in_repo "timeout 120 python3 benchmarks/unit_issue_probe.py --ops $ops ${ISSUE_ARGS:-} --out $OUT/unit_issue_ops$ops.json" 2>&1 | tee -a "$OUT/unit-issue-probe.log" | tail -3
+  done
   ;;
 graph)
   in_repo "timeout 400 python3 benchmarks/tower_graph.py ${GRAPH_ARGS:-} --out-dir $OUT/tower_graph" 2>&1 | tee "$OUT/tower-graph.log" | tail -25

@@ -1,0 +1,345 @@
+"""How few CUDA calls can stream a unit: the host's time per unit, in an encode-like loop (issue 11).
+
+`tower_ab.py --strip --hooks` split a streamed eager encode's extra host time per unit on the
+lent H200 (2B tower, 64-token image, 61 us): 40 us are the five CUDA calls per unit (the
+compute stream's wait for the unit's copy and its release of the slot; the copy stream's
+wait for the slot, the copy, its record), about 8 us each inside an encode where a hot loop
+of the same call takes about 4. This probe times other ways to issue the same copy program
+in a loop shaped like an encode: `--units` units of `--unit-mib` from a pinned arena
+through a ring of device slots, each unit "computed" by `--ops` small kernels on the
+compute stream that read its slot, one encode per way per round, rotated:
+
+- `resident`: the kernels alone (nothing copied), the baseline;
+- `calls`: the streamer's five calls per unit through ctypes on cudart (ring of 2, lookahead 1);
+- `copy graph`: the copy stream's three calls as one launch of a CUDA graph made once per
+  (unit, slot): an event wait node (the slot's release), a memcpy node, an event record
+  node (the copy's); the compute stream's two calls stay: three calls per unit;
+- `release every 2`: the streamer's calls with the slot released every second unit (a
+  ring of 3 slots: the copy into a slot waits for the unit three positions back), one
+  record and one wait fewer per two units.
+
+Per way: the host's time per encode (issue only) and in total (to the device's end), the
+extra host time per unit over `resident` (median of the per-round differences, quartiles),
+and whether the last encode's slots hold the arena's bytes. Two checks of a copy graph's
+semantics: its wait node waits for the release recorded before its launch (a slot the
+compute stream clears after a long kernel, then releases: the copy must land after it),
+and whether a copy graph can be launched into a stream capture (CUDA graphs of encodes).
+
+    python3 benchmarks/unit_issue_probe.py --out FILE.json   # on a CUDA machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from vllm_fork.core.fs import write_atomic  # noqa: E402
+
+MiB = 1 << 20
+CUDA_MEMCPY_DEFAULT = 4
+P = ctypes.c_void_p
+
+
+def cudart() -> SimpleNamespace:
+    """The cudart functions the probe calls, on the libcudart vLLM's ctypes wrapper loads."""
+    from vllm.distributed.device_communicators.cuda_wrapper import CudaRTLibrary
+
+    lib = CudaRTLibrary().lib
+
+    def fn(name: str, *argtypes: Any) -> Callable[..., int]:
+        function = getattr(lib, name)
+        function.restype = ctypes.c_int
+        function.argtypes = list(argtypes)
+        return function
+
+    node_p = ctypes.POINTER(P)
+    return SimpleNamespace(
+        memcpy=fn("cudaMemcpyAsync", P, P, ctypes.c_size_t, ctypes.c_int, P),
+        record=fn("cudaEventRecord", P, P),
+        wait=fn("cudaStreamWaitEvent", P, P, ctypes.c_uint),
+        graph_create=fn("cudaGraphCreate", node_p, ctypes.c_uint),
+        add_wait=fn("cudaGraphAddEventWaitNode", node_p, P, node_p, ctypes.c_size_t, P),
+        add_record=fn("cudaGraphAddEventRecordNode", node_p, P, node_p, ctypes.c_size_t, P),
+        add_memcpy=fn(
+            "cudaGraphAddMemcpyNode1D", node_p, P, node_p, ctypes.c_size_t, P, P, ctypes.c_size_t, ctypes.c_int
+        ),
+        instantiate=fn("cudaGraphInstantiate", node_p, P, ctypes.c_ulonglong),
+        launch=fn("cudaGraphLaunch", P, P),
+        error_string=lib.cudaGetErrorString,
+    )
+
+
+def check(rt: SimpleNamespace, error: int, what: str) -> None:
+    if error:
+        rt.error_string.restype = ctypes.c_char_p
+        raise RuntimeError(f"{what}: cudart error {error} ({rt.error_string(error).decode()})")
+
+
+def copy_graph(rt: SimpleNamespace, dst: int, src: int, nbytes: int, after: int, done: int) -> int:
+    """An instantiated graph: wait for event `after`, copy, record event `done`."""
+    graph, wait, copy, record, graph_exec = P(), P(), P(), P(), P()
+    check(rt, rt.graph_create(ctypes.byref(graph), 0), "cudaGraphCreate")
+    check(rt, rt.add_wait(ctypes.byref(wait), graph, None, 0, after), "cudaGraphAddEventWaitNode")
+    check(
+        rt,
+        rt.add_memcpy(ctypes.byref(copy), graph, ctypes.byref(wait), 1, dst, src, nbytes, CUDA_MEMCPY_DEFAULT),
+        "cudaGraphAddMemcpyNode1D",
+    )
+    check(rt, rt.add_record(ctypes.byref(record), graph, ctypes.byref(copy), 1, done), "cudaGraphAddEventRecordNode")
+    check(rt, rt.instantiate(ctypes.byref(graph_exec), graph, 0), "cudaGraphInstantiate")
+    assert graph_exec.value is not None
+    return graph_exec.value
+
+
+class Ring:
+    """A pinned arena of units, device slots, the events, and one encode per way."""
+
+    def __init__(self, rt: SimpleNamespace, units: int, unit_bytes: int, ops: int, device: torch.device):
+        self.rt, self.units, self.unit_bytes, self.ops = rt, units, unit_bytes, ops
+        self.arena = torch.empty(units * unit_bytes, dtype=torch.uint8, pin_memory=True)
+        self.arena.view(torch.int32).random_(0, 1 << 30)
+        self.slots = torch.empty(3, unit_bytes, dtype=torch.uint8, device=device)
+        self.copy_stream = torch.cuda.Stream(device)
+        self.compute_stream = torch.cuda.current_stream(device)
+        self.compute, self.copy = self.compute_stream.cuda_stream, self.copy_stream.cuda_stream
+        self.events = [torch.cuda.Event() for _ in range(7)]
+        for event in self.events:
+            event.record(self.compute_stream)
+        handles = [e.cuda_event for e in self.events]
+        self.copied, self.released, self.release_one = handles[:3], handles[3:6], handles[6]
+        # What a unit's compute reads: the first 256 x 512 bf16 of its slot.
+        self.views = [slot[: 256 * 512 * 2].view(torch.bfloat16).view(256, 512) for slot in self.slots]
+        self.x = torch.zeros(256, 512, dtype=torch.bfloat16, device=device)
+        self.graphs = {
+            (unit, slot): copy_graph(
+                rt,
+                self.slots[slot].data_ptr(),
+                self.arena.data_ptr() + unit * unit_bytes,
+                unit_bytes,
+                self.released[slot],
+                self.copied[slot],
+            )
+            for unit in range(units)
+            for slot in range(2)
+        }
+
+    def _compute(self, slot: int | None) -> None:
+        x = self.x
+        for _ in range(self.ops - 1):
+            x = x * 0.5
+        self.x = x + self.views[slot] if slot is not None else x * 0.5
+
+    def resident(self) -> None:
+        for _ in range(self.units):
+            self._compute(None)
+
+    def _calls(self, issue: Callable[[int], None]) -> None:
+        rt, slots = self.rt, 2
+        for slot in range(slots):
+            rt.record(self.released[slot], self.compute)
+        issue(0)
+        for position in range(self.units):
+            slot = position % slots
+            rt.wait(self.compute, self.copied[slot], 0)
+            if position + 1 < self.units:
+                issue(position + 1)
+            self._compute(slot)
+            rt.record(self.released[slot], self.compute)
+        for slot in range(slots):
+            rt.wait(self.compute, self.copied[slot], 0)
+
+    def calls(self) -> None:
+        rt = self.rt
+
+        def issue(position: int) -> None:
+            slot = position % 2
+            rt.wait(self.copy, self.released[slot], 0)
+            rt.memcpy(
+                self.slots[slot].data_ptr(),
+                self.arena.data_ptr() + position * self.unit_bytes,
+                self.unit_bytes,
+                CUDA_MEMCPY_DEFAULT,
+                self.copy,
+            )
+            rt.record(self.copied[slot], self.copy)
+
+        self._calls(issue)
+
+    def copy_graphs(self) -> None:
+        rt, graphs = self.rt, self.graphs
+
+        def issue(position: int) -> None:
+            rt.launch(graphs[position, position % 2], self.copy)
+
+        self._calls(issue)
+
+    def release_every_2(self) -> None:
+        rt, slots = self.rt, 3
+        addresses = [s.data_ptr() for s in self.slots]
+        rt.record(self.release_one, self.compute)
+        rt.wait(self.copy, self.release_one, 0)
+
+        def issue(position: int) -> None:
+            slot = position % slots
+            rt.memcpy(
+                addresses[slot],
+                self.arena.data_ptr() + position * self.unit_bytes,
+                self.unit_bytes,
+                CUDA_MEMCPY_DEFAULT,
+                self.copy,
+            )
+            rt.record(self.copied[slot], self.copy)
+
+        issue(0)
+        for position in range(self.units):
+            slot = position % slots
+            rt.wait(self.compute, self.copied[slot], 0)
+            if position + 1 < self.units:
+                # The copy into slot (p + 1) % 3 needs position p - 2 done: released below
+                # after every odd position, so by p - 1 or p - 2.
+                issue(position + 1)
+            self._compute(slot)
+            if position % 2 == 1:
+                rt.record(self.release_one, self.compute)
+                rt.wait(self.copy, self.release_one, 0)
+        for slot in range(slots):
+            rt.wait(self.compute, self.copied[slot], 0)
+
+    def last_slots_hold_the_arena(self, slots: int) -> bool:
+        torch.cuda.synchronize()
+        ok = True
+        for position in range(self.units - slots, self.units):
+            unit = self.arena[position * self.unit_bytes : (position + 1) * self.unit_bytes]
+            ok &= bool(torch.equal(self.slots[position % slots].cpu(), unit))
+        return ok
+
+
+def wait_node_waits(ring: Ring) -> bool:
+    """A copy graph's wait node waits for the release recorded before the launch: the
+    compute stream sleeps, clears slot 0, releases it; the copy must land after the clear."""
+    rt = ring.rt
+    ok = True
+    for _ in range(2):  # the second time the event's earlier record is long complete
+        torch.cuda.synchronize()
+        ring.slots[0].fill_(1)
+        torch.cuda._sleep(50_000_000)
+        ring.slots[0].zero_()
+        rt.record(ring.released[0], ring.compute)
+        check(rt, rt.launch(ring.graphs[0, 0], ring.copy), "cudaGraphLaunch")
+        torch.cuda.synchronize()
+        ok &= bool(torch.equal(ring.slots[0].cpu(), ring.arena[: ring.unit_bytes]))
+    return ok
+
+
+def graph_in_capture(ring: Ring) -> str:
+    """Whether a copy graph launches into a stream capture (as a child graph): 'ok' or the error."""
+    rt = ring.rt
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            stream = torch.cuda.current_stream().cuda_stream
+            rt.record(ring.released[0], stream)
+            join = torch.cuda.Event()
+            join.record()
+            ring.copy_stream.wait_event(join)
+            error = rt.launch(ring.graphs[0, 0], ring.copy)
+            rt.wait(stream, ring.copied[0], 0)
+            if error:
+                rt.error_string.restype = ctypes.c_char_p
+                return f"cudaGraphLaunch in a capture: error {error} ({rt.error_string(error).decode()})"
+        graph.replay()
+        torch.cuda.synchronize()
+        return "ok" if torch.equal(ring.slots[0].cpu(), ring.arena[: ring.unit_bytes]) else "wrong bytes"
+    except RuntimeError as error:  # the capture's end or the replay refused
+        torch.cuda.synchronize()
+        return f"refused: {str(error).splitlines()[0]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--units", type=int, default=34)
+    parser.add_argument("--unit-mib", type=int, default=24)
+    parser.add_argument("--ops", type=int, default=24, help="kernels per unit (a block's host time, roughly)")
+    parser.add_argument("--rounds", type=int, default=60)
+    args = parser.parse_args()
+    device = torch.device("cuda", 0)
+    rt = cudart()
+    ring = Ring(rt, args.units, args.unit_mib * MiB, args.ops, device)
+    ways: dict[str, Callable[[], None]] = {
+        "resident": ring.resident,
+        "calls": ring.calls,
+        "copy graph": ring.copy_graphs,
+        "release every 2": ring.release_every_2,
+    }
+    ring_slots = {"calls": 2, "copy graph": 2, "release every 2": 3}
+    result: dict[str, Any] = {
+        "command": " ".join(["python3", *sys.argv]),
+        "device": torch.cuda.get_device_name(device),
+        "units": args.units,
+        "unit_mib": args.unit_mib,
+        "ops_per_unit": args.ops,
+        "rounds": args.rounds,
+    }
+    result["wait_node_waits_for_the_release"] = wait_node_waits(ring)
+    for run in ways.values():
+        for _ in range(3):
+            run()
+    result["bytes_equal"] = {}
+    for name, run in ways.items():
+        if name in ring_slots:
+            run()
+            result["bytes_equal"][name] = ring.last_slots_hold_the_arena(ring_slots[name])
+    times: dict[str, dict[str, list[float]]] = {name: {"host_ms": [], "total_ms": []} for name in ways}
+    names = list(ways)
+    for round_ in range(args.rounds):
+        k = round_ % len(names)
+        for name in names[k:] + names[:k]:
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            ways[name]()
+            issued = time.perf_counter()
+            torch.cuda.synchronize()
+            times[name]["host_ms"].append((issued - start) * 1e3)
+            times[name]["total_ms"].append((time.perf_counter() - start) * 1e3)
+    result["median_ms"] = {n: {k: statistics.median(v) for k, v in t.items()} for n, t in times.items()}
+    result["extra_host_us_per_unit"] = {}
+    for name in ring_slots:
+        diffs = sorted((b - a) * 1e3 / args.units for a, b in zip(times["resident"]["host_ms"], times[name]["host_ms"]))
+        q1, median, q3 = statistics.quantiles(diffs, n=4)
+        result["extra_host_us_per_unit"][name] = {"median": median, "q1": q1, "q3": q3}
+    result["times_ms"] = times
+    # Last: a refused capture may leave the streams unusable for the timings.
+    result["copy_graph_in_a_capture"] = graph_in_capture(ring)
+    print("wait node:", result["wait_node_waits_for_the_release"], "/ in a capture:", result["copy_graph_in_a_capture"])
+    write_atomic(args.out, json.dumps(result, indent=1) + "\n")
+    print(
+        "host ms "
+        + " / ".join(f"{n} {m['host_ms']:.2f}" for n, m in result["median_ms"].items())
+        + "; total ms "
+        + " / ".join(f"{n} {m['total_ms']:.2f}" for n, m in result["median_ms"].items())
+        + "; over resident per unit: "
+        + ", ".join(
+            f"{n} {v['median']:.1f} us ({v['q1']:.1f} / {v['q3']:.1f})"
+            for n, v in result["extra_host_us_per_unit"].items()
+        )
+        + f"; bytes equal: {result['bytes_equal']}"
+    )
+
+
+if __name__ == "__main__":
+    main()
