@@ -28,8 +28,10 @@ modules and nothing else: `hooked` wraps each unit's forward as the streamer doe
 entry and exit calls that do nothing; `swapped` also puts parameters made the way the
 streamer makes them on a ring slot (`StreamedUnit.params_on`, views of a device copy of the
 unit laid out as in the arena, two copies used in turn like two slots) in the unit's
-modules for its forward, and its own back after; `swapped-plain` the same with each
-parameter a tensor of its own. All are bit-identical to resident. With
+modules for its forward, and its own back after; `swapped-once` the same with one copy
+(the same parameters every encode, as the streamer's unit gets while the order holds);
+`swapped-plain` with each parameter a tensor of its own. All are bit-identical to
+resident. With
 `--strip` the part "hook and swaps" splits further: the wrapper (hooked - resident), the
 model's forward on swapped parameters and the swaps (swapped - hooked), and the streamer's
 own bookkeeping (no-cuda-calls - swapped).
@@ -118,14 +120,14 @@ def _skipped(*args: Any) -> int:
 def hook_units(streaming: ModuleType, tower: torch.nn.Module, side: str, device: torch.device) -> int:
     """Wrap the forward of each unit the streamer would stream in `tower` (resident) as the
     streamer does; `swapped`: put parameters made on a device copy of the unit (two copies,
-    used in turn) in its modules for the forward; `swapped-plain`: the same with each
-    parameter a tensor of its own (a clone), not a view of the unit's bytes. Returns the
-    number of units."""
+    used in turn) in its modules for the forward; `swapped-once`: the same with one copy;
+    `swapped-plain`: two, each parameter a tensor of its own (a clone), not a view of the
+    unit's bytes. Returns the number of units."""
     _, specs = streaming.keep_small(tower, streaming.split_units(tower))
     for index, spec in enumerate(specs):
         unit = streaming.StreamedUnit(spec, index)
         slots = []
-        for _ in range(0 if side == "hooked" else 2):
+        for _ in range({"hooked": 0, "swapped-once": 1}.get(side, 2)):
             if side == "swapped-plain":
                 slots.append([_like(place.param, place.param.data.clone()) for place in unit.places])
                 continue
@@ -152,7 +154,7 @@ def _wrap_forward(unit: Any, slots: list[list[torch.nn.Parameter]]) -> None:
     def enter(unit: Any) -> int:
         if slots:
             turn[0] ^= 1
-            unit.swap_in(slots[turn[0]])
+            unit.swap_in(slots[turn[0] % len(slots)])
         return 0
 
     def leave(unit: Any, position: int) -> None:
@@ -241,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
             versions["base"] = load_module(args.base, "tower_streaming_base")
         if args.strip:
             versions.update(dict.fromkeys(STRIPPED, current))
-        hook_sides = ("hooked", "swapped", "swapped-plain") if args.hooks else ()
+        hook_sides = ("hooked", "swapped", "swapped-once", "swapped-plain") if args.hooks else ()
         sides = ("resident", *hook_sides, *versions)
         inputs = tp.Inputs.for_tower(setup, args.tower)
         towers = {side: tp.build_tower(setup, args.tower) for side in sides}  # same seed: the same weights

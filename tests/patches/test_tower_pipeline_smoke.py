@@ -261,6 +261,7 @@ def test_ab_benchmark_compares_two_streamers_in_one_process(vllm_tree: Path, tmp
     sides = {
         "hooked": True,
         "swapped": True,
+        "swapped-once": True,
         "swapped-plain": True,
         "current": True,
         "base": True,
