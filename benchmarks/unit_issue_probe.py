@@ -161,20 +161,22 @@ class Ring:
         for slot in range(slots):
             rt.wait(self.compute, self.copied[slot], 0)
 
-    def calls(self) -> None:
-        rt = self.rt
+    def _copy(self, position: int, slot: int) -> None:
+        """Copy unit `position` into `slot` on the copy stream; record the slot's copy."""
+        self.rt.memcpy(
+            self.slots[slot].data_ptr(),
+            self.arena.data_ptr() + position * self.unit_bytes,
+            self.unit_bytes,
+            CUDA_MEMCPY_DEFAULT,
+            self.copy,
+        )
+        self.rt.record(self.copied[slot], self.copy)
 
+    def calls(self) -> None:
         def issue(position: int) -> None:
             slot = position % 2
-            rt.wait(self.copy, self.released[slot], 0)
-            rt.memcpy(
-                self.slots[slot].data_ptr(),
-                self.arena.data_ptr() + position * self.unit_bytes,
-                self.unit_bytes,
-                CUDA_MEMCPY_DEFAULT,
-                self.copy,
-            )
-            rt.record(self.copied[slot], self.copy)
+            self.rt.wait(self.copy, self.released[slot], 0)
+            self._copy(position, slot)
 
         self._calls(issue)
 
@@ -188,29 +190,16 @@ class Ring:
 
     def release_every_2(self) -> None:
         rt, slots = self.rt, 3
-        addresses = [s.data_ptr() for s in self.slots]
         rt.record(self.release_one, self.compute)
         rt.wait(self.copy, self.release_one, 0)
-
-        def issue(position: int) -> None:
-            slot = position % slots
-            rt.memcpy(
-                addresses[slot],
-                self.arena.data_ptr() + position * self.unit_bytes,
-                self.unit_bytes,
-                CUDA_MEMCPY_DEFAULT,
-                self.copy,
-            )
-            rt.record(self.copied[slot], self.copy)
-
-        issue(0)
+        self._copy(0, 0)
         for position in range(self.units):
             slot = position % slots
             rt.wait(self.compute, self.copied[slot], 0)
             if position + 1 < self.units:
                 # The copy into slot (p + 1) % 3 needs position p - 2 done: released below
                 # after every odd position, so by p - 1 or p - 2.
-                issue(position + 1)
+                self._copy(position + 1, (position + 1) % slots)
             self._compute(slot)
             if position % 2 == 1:
                 rt.record(self.release_one, self.compute)
