@@ -31,10 +31,9 @@ unit laid out as in the arena, two copies used in turn like two slots) in the un
 modules for its forward, and its own back after; `swapped-once` the same with one copy
 (the same parameters every encode, as the streamer's unit gets while the order holds);
 `swapped-plain` with each parameter a tensor of its own. All are bit-identical to
-resident. With
-`--strip` the part "hook and swaps" splits further: the wrapper (hooked - resident), the
-model's forward on swapped parameters and the swaps (swapped - hooked), and the streamer's
-own bookkeeping (no-cuda-calls - swapped).
+resident. With `--strip` the part "hook and swaps" splits further: the wrapper (hooked -
+resident), the model's forward on swapped parameters and the swaps (swapped - hooked), and
+the streamer's own bookkeeping (no-cuda-calls - swapped).
 
     python3 benchmarks/tower_ab.py --base BASE/tower_streaming.py --out FILE.json   # CUDA
     python3 benchmarks/tower_ab.py --strip --out FILE.json                           # CUDA
