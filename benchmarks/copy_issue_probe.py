@@ -35,6 +35,10 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from unit_issue_probe import CUDA_MEMCPY_DEFAULT  # noqa: E402
+from unit_issue_probe import cudart as load_cudart  # noqa: E402
 
 from vllm_fork.core.fs import write_atomic  # noqa: E402
 
@@ -42,32 +46,18 @@ MiB = 1 << 20
 SIZES_MIB = (4, 16, 32)
 
 
-def cudart_memcpy_async() -> Callable[[int, int, int, int, int], int]:
-    """`cudaMemcpyAsync(dst, src, count, kind, stream)` of the libcudart vLLM's ctypes
-    wrapper (`CudaRTLibrary`) loads, which does not export that function itself."""
-    import ctypes
-
-    from vllm.distributed.device_communicators.cuda_wrapper import CudaRTLibrary
-
-    function = CudaRTLibrary().lib.cudaMemcpyAsync
-    function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-    return function
-
-
 def ways(
     host: torch.Tensor, view: torch.Tensor, dest: torch.Tensor, side: torch.cuda.Stream, nbytes: int
 ) -> dict[str, Callable[[], None]]:
     """The ways to copy the first `nbytes` of the arena into `dest` (on `side`), their
     tensors sliced beforehand as the streamer's are (a unit's bytes, a slot's view)."""
-    memcpy_async = cudart_memcpy_async()
-    cuda_memcpy_default = 4
+    memcpy_async = load_cudart().memcpy
     to, source, mapped = dest[:nbytes], host[:nbytes], view[:nbytes]
     to_words, mapped_words = to.view(torch.int64)[: nbytes // 8], mapped.view(torch.int64)[: nbytes // 8]
     dst, src, stream = dest.data_ptr(), host.data_ptr(), side.cuda_stream
 
     def cudart() -> None:
-        error = memcpy_async(dst, src, nbytes, cuda_memcpy_default, stream)
+        error = memcpy_async(dst, src, nbytes, CUDA_MEMCPY_DEFAULT, stream)
         assert error == 0, f"cudaMemcpyAsync: error {error}"
 
     return {

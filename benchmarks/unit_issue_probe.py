@@ -75,6 +75,8 @@ def cudart() -> SimpleNamespace:
         return function
 
     node_p = ctypes.POINTER(P)
+    error_string = lib.cudaGetErrorString
+    error_string.restype = ctypes.c_char_p
     return SimpleNamespace(
         memcpy=fn("cudaMemcpyAsync", P, P, ctypes.c_size_t, ctypes.c_int, P),
         record=fn("cudaEventRecord", P, P),
@@ -87,7 +89,7 @@ def cudart() -> SimpleNamespace:
         ),
         instantiate=fn("cudaGraphInstantiate", node_p, P, ctypes.c_ulonglong),
         launch=fn("cudaGraphLaunch", P, P),
-        error_string=lib.cudaGetErrorString,
+        error_string=error_string,
     )
 
 
@@ -109,9 +111,15 @@ def driver_memops() -> SimpleNamespace:
 
 
 def check(rt: SimpleNamespace, error: int, what: str) -> None:
+    """Raise on a cudart error code, naming the call and the error."""
     if error:
-        rt.error_string.restype = ctypes.c_char_p
         raise RuntimeError(f"{what}: cudart error {error} ({rt.error_string(error).decode()})")
+
+
+def check_driver(error: int, what: str) -> None:
+    """Raise on a driver API error code (`CUresult`: not cudart's numbering)."""
+    if error:
+        raise RuntimeError(f"{what}: CUDA driver error {error}")
 
 
 def copy_graph(rt: SimpleNamespace, dst: int, src: int, nbytes: int, after: int, done: int) -> int:
@@ -247,7 +255,7 @@ class Ring:
             for position in range(self.units):
                 slot = position % 2
                 if position >= 2:  # the slot's unit before, two positions back, released
-                    check(self.rt, cu.wait(stream, self.released_at, position - 1, CU_STREAM_WAIT_VALUE_GEQ), "wait")
+                    check_driver(cu.wait(stream, self.released_at, position - 1, CU_STREAM_WAIT_VALUE_GEQ), "wait")
                 check(
                     self.rt,
                     self.rt.memcpy(
@@ -259,7 +267,7 @@ class Ring:
                     ),
                     "memcpy",
                 )
-                check(self.rt, cu.write(stream, self.copied_at, position + 1, CU_STREAM_WRITE_VALUE_DEFAULT), "write")
+                check_driver(cu.write(stream, self.copied_at, position + 1, CU_STREAM_WRITE_VALUE_DEFAULT), "write")
         torch.cuda.synchronize()
 
     def memops_program(self) -> None:
@@ -319,7 +327,6 @@ def graph_in_capture(ring: Ring) -> str:
             error = rt.launch(ring.graphs[0, 0], ring.copy)
             rt.wait(stream, ring.copied[0], 0)
             if error:
-                rt.error_string.restype = ctypes.c_char_p
                 return f"cudaGraphLaunch in a capture: error {error} ({rt.error_string(error).decode()})"
         graph.replay()
         torch.cuda.synchronize()
