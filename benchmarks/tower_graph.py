@@ -32,6 +32,7 @@ claims); tests/patches/test_tower_pipeline_smoke.py runs it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 import sys
@@ -79,10 +80,16 @@ def metadata(module: torch.nn.Module, grids: tuple[tp.Grid, ...], vit_attention:
     return md
 
 
-def replayer(run: Callable[[], torch.Tensor], device: torch.device) -> Callable[[], torch.Tensor]:
+def replayer(
+    run: Callable[[], torch.Tensor], device: torch.device, watch: StreamerWatch | None = None
+) -> Callable[[], torch.Tensor]:
     """A function that replays a CUDA graph of `run` (captured after one eager run, as
-    vLLM's encoder graph manager does); on the CPU, `run` itself."""
+    vLLM's encoder graph manager does); on the CPU, `run` itself (run once more under
+    `watch`). `watch` counts what the streamer did while the graph was captured."""
     if device.type != "cuda":
+        if watch is not None:
+            with watch:
+                run()
         return run
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
@@ -90,18 +97,72 @@ def replayer(run: Callable[[], torch.Tensor], device: torch.device) -> Callable[
         run()  # kernels chosen, workspaces made, the streamer's unit order learned
     torch.cuda.current_stream(device).wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
+    with watch or contextlib.nullcontext(), torch.cuda.graph(graph, stream=stream):
         out = run()
 
     def replay() -> torch.Tensor:
         graph.replay()
         return out
 
+    replay.stream = stream.cuda_stream  # type: ignore[attr-defined]  # the capture's stream
+
     # The graph and the tensors `run` reads outside it (the encoder metadata) live as long
     # as the function: freed, their memory would be reused and the replays would read it.
     replay.graph = graph  # type: ignore[attr-defined]
     replay.run = run  # type: ignore[attr-defined]
     return replay
+
+
+class StreamerWatch:
+    """Counts, while active, what the streamer does per unit: the units that ran from the
+    ring, those whose copy had not been issued ahead (a wrong or missing guess of the
+    order), those onloaded into memory of their own (outside an encode or nested in
+    another unit: copied and waited for on the spot, nothing overlapped), and the tables
+    onloaded at an encode's start.
+
+    In a graph replay the streamer's Python does not run: what the capture saw is what
+    every replay does, so these counts tell a replay that overlaps its copies from one
+    that serializes them. Class methods are wrapped while active (one watch at a time).
+    """
+
+    def __init__(self) -> None:
+        self.counts = {"ring_units": 0, "copy_not_ahead": 0, "alone": 0, "tables": 0}
+
+    def __enter__(self) -> StreamerWatch:
+        from vllm.model_executor.offloader import tower_streaming as ts
+
+        counts = self.counts
+        acquire, enter_alone, onload = ts._Ring.acquire, ts.StreamedTower._enter_alone, ts._CopyEngine.onload
+        alone_now = [False]
+
+        def counted_acquire(ring: Any, position: int, run: Any) -> None:
+            counts["ring_units"] += len(run.units)
+            counts["copy_not_ahead"] += ring.filled[position % len(ring.slots)] != (position, run.key)
+            acquire(ring, position, run)
+
+        def counted_alone(tower: Any, unit: Any) -> None:
+            counts["alone"] += 1
+            alone_now[0] = True
+            try:
+                enter_alone(tower, unit)
+            finally:
+                alone_now[0] = False
+
+        def counted_onload(engine: Any, unit: Any) -> torch.Tensor:
+            counts["tables"] += not alone_now[0]
+            return onload(engine, unit)
+
+        self._restore = (ts, acquire, enter_alone, onload)
+        ts._Ring.acquire, ts.StreamedTower._enter_alone, ts._CopyEngine.onload = (
+            counted_acquire,
+            counted_alone,
+            counted_onload,
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        ts, acquire, enter_alone, onload = self._restore
+        ts._Ring.acquire, ts.StreamedTower._enter_alone, ts._CopyEngine.onload = acquire, enter_alone, onload
 
 
 class Encodes:
@@ -123,8 +184,11 @@ class Encodes:
                 ]
             )
 
-    def graphs(self, module: torch.nn.Module, device: torch.device) -> list[Callable[[], torch.Tensor]]:
-        """One graph per encode (as vLLM captures one per token budget)."""
+    def graphs(
+        self, module: torch.nn.Module, device: torch.device, watch: StreamerWatch | None = None
+    ) -> list[Callable[[], torch.Tensor]]:
+        """One graph per encode (as vLLM captures one per token budget); `watch` counts
+        the streamer's work in their captures."""
         replays = []
         for x, grids in zip(self.xs, self.shapes):
             md = metadata(module, grids, self.vit_attention)
@@ -133,7 +197,7 @@ class Encodes:
                 with torch.inference_mode():
                     return module(x, None, encoder_metadata=dict(md))
 
-            replays.append(replayer(run, device))
+            replays.append(replayer(run, device, watch))
         return replays
 
 
@@ -213,6 +277,12 @@ def measure_tower(
     for lookahead in lookaheads:
         module = tp.build_tower(setup, tower)  # same seed, same weights
         streamed_modules[lookahead] = (module, tp.stream(module, lookahead))
+    copy_streams = {
+        streamed_tower.engine.stream.cuda_stream
+        for _, offloader in streamed_modules.values()
+        for streamed_tower in offloader.tower_streamer.towers
+        if streamed_tower.engine.stream is not None
+    }
     first_module, first_offloader = streamed_modules[lookaheads[0]]
     streamed = first_offloader.tower_streamer.towers[0]
     floor = tp.h2d_floor(streamed, setup)
@@ -235,8 +305,14 @@ def measure_tower(
         streamed_eager_md = {la: encodes.eager(m, graph_metadata=True) for la, (m, _) in streamed_modules.items()}
         resident_replays = encodes.graphs(resident, setup.device)
         runs = {"resident": in_order(resident_replays)}
+        watches, on_copy_stream = {}, {}
         for lookahead, (module, _) in streamed_modules.items():
-            runs[f"streamed-{lookahead}"] = in_order(encodes.graphs(module, setup.device))
+            watches[lookahead] = StreamerWatch()
+            replays = encodes.graphs(module, setup.device, watches[lookahead])
+            runs[f"streamed-{lookahead}"] = in_order(replays)
+            # A graph captured on a streamed tower's copy stream serializes its copies with
+            # its compute (torch's pooled streams are handed out round-robin).
+            on_copy_stream[lookahead] = any(getattr(r, "stream", None) in copy_streams for r in replays)
         timed = eb.time_interleaved(runs, setup.device, setup.repeats)
         resident_out = timed["resident"][2].clone()
         r_ms = timed["resident"][0].median_ms
@@ -254,6 +330,9 @@ def measure_tower(
                 "max_abs_diff_to_resident_graph": max_abs_diff(out, resident_out),
                 "eager_bit_identical_to_resident_eager": torch.equal(streamed_eager_md[lookahead], eager_md),
                 "graph_equals_own_eager": torch.equal(out, streamed_eager_md[lookahead]),
+                # What the streamer did in the captures (`StreamerWatch`): every replay does it.
+                "capture": watches[lookahead].counts,
+                "captured_on_a_copy_stream": on_copy_stream[lookahead],
             }
         link = link_after(streamed, setup)
         # The graphs again: are their outputs the same every replay?
@@ -329,15 +408,79 @@ def diffs(row: dict[str, Any]) -> str:
     return "; ".join(notes) or "0"
 
 
+def lookahead_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (tower, case, lookahead), in tower_pipeline.py's form: what
+    `tp.targets` checks issue 11's "done when" on."""
+    rows = []
+    for tower, data in report["towers"].items():
+        for r in data["rows"]:
+            for lookahead, s in r["streamed"].items():
+                streamed_ms = s["graph"]["median_ms"]
+                rows.append(
+                    {
+                        "tower": tower,
+                        "case": r["case"],
+                        "lookahead": int(lookahead),
+                        "status": "ok",
+                        "streamed_over_max_resident_floor": s["over_max_resident_floor"],
+                        "streamed_over_resident": streamed_ms / r["resident_graph"]["median_ms"],
+                        "copy_bound": r["bound"] == "copy",
+                        "streamed_share_of_floor_bandwidth": r["floor_ms"] / streamed_ms,
+                        "bit_identical": s["bit_identical_to_resident_graph"],
+                    }
+                )
+    return rows
+
+
+def capture_counts(streamed: dict[str, Any]) -> str:
+    """A lookahead's `StreamerWatch` counts as `ring units / copies not ahead / alone`."""
+    c = streamed.get("capture")
+    counts = "-" if c is None else f"{c['ring_units']} / {c['copy_not_ahead']} / {c['alone']}"
+    return counts + (" ON A COPY STREAM" if streamed.get("captured_on_a_copy_stream") else "")
+
+
+def by_lookahead_markdown(report: dict[str, Any]) -> list[str]:
+    """Every lookahead of every row, then issue 11's targets over all of them."""
+    heading = "/".join(map(str, report["lookaheads"]))
+    lines = [
+        "",
+        f"## Lookahead {heading}",
+        "",
+        "Capture: what the streamer did while the streamed graphs were captured, which every replay "
+        "repeats: units run from the ring / of them, units whose copy was not issued ahead / units "
+        "onloaded into memory of their own (copied and waited for on the spot); ON A COPY STREAM: "
+        "a graph of the row was captured on a streamed tower's copy stream (torch hands out its "
+        "pooled streams round-robin), which serializes its copies with its compute.",
+        "",
+        f"| tower | case | resident graph (ms) | streamed graph (ms), L {heading} | ratio, L {heading} "
+        f"| capture, L {heading} | bit-identical |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- |",
+    ]
+    for tower, data in report["towers"].items():
+        for r in data["rows"]:
+            cells = [r["streamed"][str(la)] for la in report["lookaheads"]]
+            times = " / ".join(format(c["graph"]["median_ms"], ".2f") for c in cells)
+            ratios = " / ".join(format(c["over_max_resident_floor"], ".2f") for c in cells)
+            lines.append(
+                f"| {tower} | {r['case']} | {r['resident_graph']['median_ms']:.2f} | {times} | {ratios} "
+                f"| {'; '.join(capture_counts(c) for c in cells)} "
+                f"| {'yes' if r['bit_identical_to_resident_graph'] else 'NO'} |"
+            )
+    heading = "Issue 11's targets on this run (encoder CUDA graphs, every lookahead)"
+    return lines + tp.targets_markdown(tp.targets(lookahead_rows(report)), heading)
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Streamed towers in a CUDA graph (issue 11)",
         "",
-        f"Command: `{report['command']}`",
+        f"Command: `{report['command']}`"
+        + (f"; Markdown taken again from its JSON by `{report['reanalyzed']}`" if report.get("reanalyzed") else ""),
         "",
         f"{report['machine']['device']}, torch {report['machine']['torch']}; {report['when']}; "
         f"{report['wall_s']:.1f} s; ViT attention {report.get('vit_attention', 'TORCH_SDPA')}; lookaheads "
-        f"{', '.join(map(str, report['lookaheads']))} (the table gives the best one per row).",
+        f"{', '.join(map(str, report['lookaheads']))} (the first table gives the best one per row, "
+        "the second every one).",
         "",
         "Both encodes captured as CUDA graphs (after one eager run) and replayed interleaved; "
         "times are medians of CUDA-event-timed replays. Ratio = streamed / max(resident, H2D floor); "
@@ -376,6 +519,7 @@ def markdown(report: dict[str, Any]) -> str:
             )
             + ". Their streamed times may be the link's, not the pipeline's.",
         ]
+    lines += by_lookahead_markdown(report)
     for r in rows:
         if "profile" in r:
             lines += profile_markdown(r)
@@ -429,13 +573,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="CASE:LOOKAHEAD: profile one replay of that case's resident and streamed graphs "
         "(traces and kernel totals in the results)",
     )
+    parser.add_argument(
+        "--reanalyze",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: write a saved tower_graph.json's targets and Markdown again into --out-dir",
+    )
     parser.add_argument("--target-ms", type=float, default=400.0)
     parser.add_argument("--copy-iters", type=int, default=20)
     return parser.parse_args(argv)
 
 
+def write_report(report: dict[str, Any], out_dir: Path) -> str:
+    """The JSON (with issue 11's targets over every lookahead) and the Markdown."""
+    report["targets"] = tp.targets(lookahead_rows(report))
+    text = markdown(report)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_dir / "tower_graph.json", json.dumps(report, indent=2) + "\n")
+    write_atomic(out_dir / "tower_graph.md", text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.reanalyze is not None:
+        report = json.loads(args.reanalyze.read_text())
+        report["reanalyzed"] = shlex.join(["python3", *sys.argv])
+        print(write_report(report, args.out_dir))
+        return
     repeats = eb.Repeats(2, args.target_ms, 10, 60)
     setup = tp.make_setup("tower_graph.py", args.smoke, repeats, args.copy_iters, vit_attention=args.vit_attention)
     lookaheads = tuple(int(la) for la in args.lookaheads.split(","))
@@ -462,8 +627,7 @@ def main(argv: list[str] | None = None) -> None:
             )
             report["wall_s"] = time.monotonic() - start
             write_atomic(args.out_dir / "tower_graph.json", json.dumps(report, indent=2) + "\n")
-    write_atomic(args.out_dir / "tower_graph.md", markdown(report))
-    print(markdown(report))
+    print(write_report(report, args.out_dir))
 
 
 if __name__ == "__main__":

@@ -619,6 +619,30 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def targets_markdown(t: dict[str, Any], heading: str = "Issue 11's targets on this run") -> list[str]:
+    """The lines of a `targets` result: each of the issue's "done when", as measured."""
+    worst = t["worst"]
+    return [
+        "",
+        f"## {heading}",
+        "",
+        f"- streamed <= 1.10 x max(resident, floor): {t['ratio_le_1.10']} of {t['measured']} measured rows"
+        + (
+            f" (worst {worst['streamed_over_max_resident_floor']:.2f}: {worst['tower']} {worst['case']}, "
+            f"lookahead {worst['lookahead']})"
+            if worst
+            else ""
+        )
+        + (f"; {t['rows'] - t['measured']} rows skipped" if t["rows"] > t["measured"] else ""),
+        f"- >= 90 % of the floor's bandwidth in copy-bound rows: {t['copy_bound_ge_90pct_bandwidth']} of "
+        f"{t['copy_bound']}",
+        f"- 8B, 2223-token image, lookahead 1: streamed / resident = "
+        f"{_fmt(t['8B_image_2223_streamed_over_resident'], '.3f')} (target <= 1.05)",
+        f"- bit-identical to resident: {t['bit_identical']} of {t['measured']}",
+        "",
+    ]
+
+
 def add_one_case_args(parser: argparse.ArgumentParser, lookahead: bool = True) -> None:
     """The options of a benchmark that times one case on one tower: --tower, --case (a case
     of CASES) and, with `lookahead`, --lookahead."""
@@ -972,27 +996,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {across(cells, 'streamed_over_max_resident_floor', '.2f')} "
             f"| {across(cells, 'streamed_peak_extra_mib', '.1f')} | {same} |"
         )
-    t = report["targets"]
-    worst = t["worst"]
-    lines += [
-        "",
-        "## Issue 11's targets on this run",
-        "",
-        f"- streamed <= 1.10 x max(resident, floor): {t['ratio_le_1.10']} of {t['measured']} measured rows"
-        + (
-            f" (worst {worst['streamed_over_max_resident_floor']:.2f}: {worst['tower']} {worst['case']}, "
-            f"lookahead {worst['lookahead']})"
-            if worst
-            else ""
-        )
-        + (f"; {t['rows'] - t['measured']} rows skipped" if t["rows"] > t["measured"] else ""),
-        f"- >= 90 % of the floor's bandwidth in copy-bound rows: {t['copy_bound_ge_90pct_bandwidth']} of "
-        f"{t['copy_bound']}",
-        f"- 8B, 2223-token image, lookahead 1: streamed / resident = "
-        f"{_fmt(t['8B_image_2223_streamed_over_resident'], '.3f')} (target <= 1.05)",
-        f"- bit-identical to resident: {t['bit_identical']} of {t['measured']}",
-        "",
-    ]
+    lines += targets_markdown(report["targets"])
     for name, tower in report["towers"].items():
         for lookahead, phase in tower["streamed"].items():
             prof = phase.get("profile")

@@ -286,8 +286,9 @@ def test_ab_benchmark_compares_two_streamers_in_one_process(vllm_tree: Path, tmp
 
 
 def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: Path) -> None:
-    """benchmarks/tower_graph.py --smoke: both towers, the single images, eager stand-ins for
-    the replays (the CPU has no graphs); one-sequence metadata computes what the eager encode does."""
+    """benchmarks/tower_graph.py --smoke: both towers, every case at lookahead 1-3, eager
+    stand-ins for the replays (the CPU has no graphs); one-sequence metadata computes what the
+    eager encode does; the targets and the Markdown again from the JSON alone."""
     run_on_cpu(REPO / "benchmarks" / "tower_graph.py", vllm_tree, "--out-dir", str(tmp_path))
     report = json.loads((tmp_path / "tower_graph.json").read_text())
     assert report["smoke"] is True and sorted(report["towers"]) == ["2B", "8B"]
@@ -312,9 +313,37 @@ def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: P
             best = row["streamed"][str(row["best_lookahead"])]
             assert row["streamed_over_max_resident_floor"] == best["over_max_resident_floor"]
             assert row["eager_md_equals_eager"] is True and row["resident_replays_repeat"] is True
+            for streamed in row["streamed"].values():
+                # What each capture saw the streamer do: every unit from the ring (but the
+                # position table, read outside its forward and onloaded at the start), its
+                # copy issued ahead (the order learned by the eager run before), none alone.
+                capture = streamed["capture"]
+                assert capture["tables"] == row["encodes"], capture
+                assert capture["ring_units"] + capture["tables"] == row["encodes"] * data["units"], capture
+                assert capture["copy_not_ahead"] == 0 and capture["alone"] == 0, capture
+                assert streamed["captured_on_a_copy_stream"] is False  # no streams on the CPU
         sequence = data["rows"][-1]
         assert sequence["encodes"] == 6 and sequence["floor_ms"] == 6 * data["rows"][0]["floor_ms"]
-    assert "Smoke run" in (tmp_path / "tower_graph.md").read_text()
+    markdown = (tmp_path / "tower_graph.md").read_text()
+    assert "Smoke run" in markdown
+    # Every lookahead of every row, and issue 11's targets over all of them.
+    assert "## Lookahead 1/2/3" in markdown
+    targets = report["targets"]
+    assert targets["measured"] == targets["rows"] == 3 * 11 * 2 and targets["bit_identical"] == 66
+    assert "bit-identical to resident: 66 of 66" in markdown
+    # The Markdown and targets again from the JSON alone, as a committed run is re-read.
+    again = tmp_path / "again"
+    run_on_cpu(
+        REPO / "benchmarks" / "tower_graph.py",
+        vllm_tree,
+        "--reanalyze",
+        str(tmp_path / "tower_graph.json"),
+        "--out-dir",
+        str(again),
+    )
+    reread = (again / "tower_graph.md").read_text()
+    assert "taken again from its JSON" in reread
+    assert reread.split("\n")[3:] == markdown.split("\n")[3:]
 
 
 def test_graph_benchmark_profiles_a_chosen_case_and_holds_each_encode_to_its_own_bound(
