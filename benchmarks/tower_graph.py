@@ -466,8 +466,8 @@ def by_lookahead_markdown(report: dict[str, Any]) -> list[str]:
                 f"| {'; '.join(capture_counts(c) for c in cells)} "
                 f"| {'yes' if r['bit_identical_to_resident_graph'] else 'NO'} |"
             )
-    heading = "Issue 11's targets on this run (encoder CUDA graphs, every lookahead)"
-    return lines + tp.targets_markdown(tp.targets(lookahead_rows(report)), heading)
+    title = "Issue 11's targets on this run (encoder CUDA graphs, every lookahead)"
+    return lines + tp.targets_markdown(tp.targets(lookahead_rows(report)), title)
 
 
 def markdown(report: dict[str, Any]) -> str:
