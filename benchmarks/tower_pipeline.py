@@ -7,12 +7,13 @@ bf16 weights): 2B-sized (Qwen3-VL-2B's vision config, 776 MiB) and 8B-sized
 images of 64 to 9000 tokens, batches of 3 and 8 images of mixed sizes in one
 encode, videos with a temporal grid of 2 and 8, a run of encodes whose shape
 changes every encode) and every lookahead in 1, 2, 3 (vLLM's
-`--offload-prefetch-step`), it records:
+`--offload-towers-prefetch-step`, 2 by default), it records:
 
 - resident: encode time with the tower on the GPU;
 - streamed: encode time with the tower streamed from pinned host memory by
   vLLM's own `PrefetchOffloader(group_size=0, num_in_group=1,
-  prefetch_step=L, offload_towers=True)` + `wrap_tower` + `post_init`, as
+  prefetch_step=1, offload_towers=True, offload_towers_prefetch_step=L)` +
+  `wrap_tower` + `post_init`, as
   `_mark_tower_model` does;
 - the H2D floor, measured in the same run: one bulk copy of the tower's bytes
   from pinned memory, and the same bytes as one copy per streamed unit from
@@ -245,8 +246,9 @@ def stream(module: torch.nn.Module, lookahead: int, resident_gb: float = 0.0, sl
     offloader = PrefetchOffloader(
         group_size=0,
         num_in_group=1,
-        prefetch_step=lookahead,
+        prefetch_step=1,
         offload_towers=True,
+        offload_towers_prefetch_step=lookahead,
         offload_towers_resident_gb=resident_gb,
         offload_towers_slot_mb=slot_mb(module, slot_blocks),
     )
@@ -908,7 +910,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "Towers: Qwen3-VL `Qwen3_VisionTransformer` as vLLM builds it, random "
         f"{report['dtype'].replace('torch.', '')} weights; streamed through `PrefetchOffloader("
-        "offload_towers=True, prefetch_step=L)`"
+        "offload_towers=True, offload_towers_prefetch_step=L)`"
         + (
             f" with `offload_towers_resident_gb={report['settings']['resident_gb']}` (the first units of each"
             " tower stay resident; the H2D floor is the streamed bytes')"

@@ -150,6 +150,8 @@ def _worker_figures(worker) -> dict:
         "tower_param_bytes": tower_bytes,
         "streamer_host_bytes": streamer.host_bytes if streamer else 0,
         "streamer_kept_resident_bytes": sum(streamer.kept_resident.values()) if streamer else 0,
+        "streamer_lookahead": streamer.lookahead if streamer else 0,
+        "streamer_ring_bytes": streamer.ring_bytes if streamer else 0,
         "streamer_pinning": sorted({t.arena.pinning for t in streamer.towers}) if streamer else [],
         "caching_allocator_pinned_bytes": int(host_stats.get("allocated_bytes.current", 0)),
         "caching_allocator_pinned_reserved_bytes": int(host_stats.get("reserved_bytes.current", 0)),

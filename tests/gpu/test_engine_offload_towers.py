@@ -71,9 +71,13 @@ def test_kv_cache_grows_by_nearly_the_tower(engines):
     gained = streamed["kv_cache_bytes"] - resident["kv_cache_bytes"]
     print(
         f"\n[engine] KV cache {resident['kv_cache_bytes'] / MiB:.1f} -> "
-        f"{streamed['kv_cache_bytes'] / MiB:.1f} MiB (+{gained / MiB:.1f}); blocks "
-        f"{resident['num_gpu_blocks']} -> {streamed['num_gpu_blocks']}"
+        f"{streamed['kv_cache_bytes'] / MiB:.1f} MiB (+{gained / MiB:.1f}, "
+        f"{gained / resident['tower_param_bytes']:.3f}x the tower); blocks "
+        f"{resident['num_gpu_blocks']} -> {streamed['num_gpu_blocks']}; the ring "
+        f"{streamed['streamer_ring_bytes'] / MiB:.1f} MiB at lookahead {streamed['streamer_lookahead']}"
     )
+    # The towers' default lookahead (2): a ring of three slots of the largest unit.
+    assert streamed["streamer_lookahead"] == 2
     assert gained >= 0.9 * resident["tower_param_bytes"]
     assert streamed["num_gpu_blocks"] > resident["num_gpu_blocks"]
 

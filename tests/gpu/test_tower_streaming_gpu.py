@@ -82,10 +82,11 @@ def kept_bytes(offloader) -> int:
     return sum(offloader.tower_streamer.kept_resident.values())
 
 
-def streamed(tower: torch.nn.Module, prefetch_step: int = 1):
+def streamed(tower: torch.nn.Module):
+    """The tower streamed as vLLM ships it: the towers' default lookahead."""
     from vllm.model_executor.offloader import PrefetchOffloader
 
-    offloader = PrefetchOffloader(group_size=0, num_in_group=1, prefetch_step=prefetch_step, offload_towers=True)
+    offloader = PrefetchOffloader(group_size=0, num_in_group=1, prefetch_step=1, offload_towers=True)
     offloader.wrap_tower(tower, prefix="visual")
     offloader.post_init()
     return offloader
@@ -175,7 +176,8 @@ def test_peak_during_an_encode_is_bounded_by_the_units_in_flight(resident_run, s
     tower, offloader, _ = streamed_tower
     streamed_state = offloader.tower_streamer.towers[0]
     units = [u.nbytes for u in streamed_state.units if u.spec.recurse]
-    ring = 2 * max(units)  # prefetch_step 1: the running unit and the next
+    slots = offloader.tower_streamer.lookahead + 1  # the running unit and those whose copy is ahead
+    ring = slots * max(units)
     pos_embed = tower.pos_embed.weight.numel() * tower.pos_embed.weight.element_size()
     x = resident_run["x"]
     before = torch.cuda.memory_allocated()
@@ -186,7 +188,7 @@ def test_peak_during_an_encode_is_bounded_by_the_units_in_flight(resident_run, s
     print(
         f"\n[gpu] peak during a streamed encode {extra / MiB:.1f} MiB = resident "
         f"activations {resident_run['activation_peak'] / MiB:.1f} MiB + ring "
-        f"{ring / MiB:.1f} MiB (2 x largest unit) + pos-embed "
+        f"{ring / MiB:.1f} MiB ({slots} x largest unit) + pos-embed "
         f"{pos_embed / MiB:.1f} MiB; bound {bound / MiB:.1f} MiB; whole tower "
         f"{resident_run['tower_bytes'] / MiB:.1f} MiB"
     )
