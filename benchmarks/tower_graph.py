@@ -364,7 +364,7 @@ def measure_tower(
                 # The ratio's denominator: each encode's max(resident, floor), summed.
                 "max_resident_floor_ms": bound_ms,
                 "streamed_over_max_resident_floor": streamed_rows[best]["over_max_resident_floor"],
-                "bound": "copy" if case_floor_ms > r_ms else "compute",
+                "bound": tp.bound_kind(len(shapes), r_ms, case_floor_ms, bound_ms),
                 "streamed_h2d_gb_per_s": streamed_rows[best]["h2d_gb_per_s"],
                 "bit_identical_to_resident_graph": all(
                     r["bit_identical_to_resident_graph"] for r in streamed_rows.values()
@@ -408,6 +408,14 @@ def diffs(row: dict[str, Any]) -> str:
     return "; ".join(notes) or "0"
 
 
+def row_bound(row: dict[str, Any]) -> str:
+    """A row's `tp.bound_kind`, from its saved times (runs before 2026-12-03c saved
+    "copy" or "compute" by their sums alone)."""
+    return tp.bound_kind(
+        row.get("encodes", 1), row["resident_graph"]["median_ms"], row["floor_ms"], row["max_resident_floor_ms"]
+    )
+
+
 def lookahead_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per (tower, case, lookahead), in tower_pipeline.py's form: what
     `tp.targets` checks issue 11's "done when" on."""
@@ -424,7 +432,7 @@ def lookahead_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                         "status": "ok",
                         "streamed_over_max_resident_floor": s["over_max_resident_floor"],
                         "streamed_over_resident": streamed_ms / r["resident_graph"]["median_ms"],
-                        "copy_bound": r["bound"] == "copy",
+                        "copy_bound": row_bound(r) == "copy",
                         "streamed_share_of_floor_bandwidth": r["floor_ms"] / streamed_ms,
                         "bit_identical": s["bit_identical_to_resident_graph"],
                     }
@@ -468,7 +476,14 @@ def by_lookahead_markdown(report: dict[str, Any]) -> list[str]:
                 f"| {'yes' if r['bit_identical_to_resident_graph'] else 'NO'} |"
             )
     title = "Issue 11's targets on this run (encoder CUDA graphs, every lookahead)"
-    return lines + tp.targets_markdown(report["targets"], title)
+    lines += tp.targets_markdown(report["targets"], title)
+    if "targets_at_default_lookahead" in report:
+        title = (
+            f"Issue 11's targets at vLLM's default lookahead for towers ({tp.DEFAULT_LOOKAHEAD}, "
+            "--offload-towers-prefetch-step)"
+        )
+        lines += tp.targets_markdown(report["targets_at_default_lookahead"], title)
+    return lines
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -485,7 +500,9 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "Both encodes captured as CUDA graphs (after one eager run) and replayed interleaved; "
         "times are medians of CUDA-event-timed replays. Ratio = streamed / max(resident, H2D floor); "
-        "for a run of encodes, streamed / the sum over its encodes of max(resident, floor)."
+        "for a run of encodes, streamed / the sum over its encodes of max(resident, floor). Bound: "
+        "what bounds that (a run whose encodes differ: mixed, its link idle through the "
+        "compute-bound encodes' compute, so it is held to the ratio, not to the link's bandwidth)."
         + (
             " Smoke run: tiny towers, eager encodes on the CPU, no graphs: no timing claims." if report["smoke"] else ""
         ),
@@ -500,7 +517,7 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {tower} | {r['description']}{' (the whole run)' if r.get('encodes', 1) > 1 else ''} | {r['resident_graph']['median_ms']:.2f} | "
                 f"{r['streamed_graph']['median_ms']:.2f} | {r['floor_ms']:.2f} | "
-                f"**{r['streamed_over_max_resident_floor']:.2f}** | {r['bound']} | "
+                f"**{r['streamed_over_max_resident_floor']:.2f}** | {row_bound(r)} | "
                 f"{r['best_lookahead']} | {r['streamed_h2d_gb_per_s']:.1f} | "
                 f"{'yes' if r['bit_identical_to_resident_graph'] else 'NO'}; "
                 f"{'yes' if r['resident_graph_equals_eager'] else 'no'} | {diffs(r)} |"
@@ -587,7 +604,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def write_report(report: dict[str, Any], out_dir: Path) -> str:
     """The JSON (with issue 11's targets over every lookahead) and the Markdown."""
-    report["targets"] = tp.targets(lookahead_rows(report))
+    rows = lookahead_rows(report)
+    report["targets"] = tp.targets(rows)
+    if tp.DEFAULT_LOOKAHEAD in report["lookaheads"]:
+        report["targets_at_default_lookahead"] = tp.targets([r for r in rows if r["lookahead"] == tp.DEFAULT_LOOKAHEAD])
     text = markdown(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "tower_graph.json", json.dumps(report, indent=2) + "\n")

@@ -331,6 +331,10 @@ def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: P
     targets = report["targets"]
     assert targets["measured"] == targets["rows"] == 3 * 11 * 2 and targets["bit_identical"] == 66
     assert "bit-identical to resident: 66 of 66" in markdown
+    # And over the rows a deployment gets: vLLM's default lookahead for towers.
+    at_default = report["targets_at_default_lookahead"]
+    assert at_default["measured"] == 22 and at_default["8B_image_2223_lookahead"] == 2
+    assert "## Issue 11's targets at vLLM's default lookahead for towers (2," in markdown
     # The Markdown and targets again from the JSON alone, as a committed run is re-read.
     again = tmp_path / "again"
     run_on_cpu(
@@ -344,6 +348,42 @@ def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: P
     reread = (again / "tower_graph.md").read_text()
     assert "taken again from its JSON" in reread
     assert reread.split("\n")[3:] == markdown.split("\n")[3:]
+
+
+def test_the_benchmarks_default_lookahead_is_vllms(vllm_tree: Path) -> None:
+    """The benchmarks' targets at the default lookahead are taken on the rows of vLLM's
+    default for towers (patch 0001), not on a number of their own."""
+    from vllm.config.offload import PrefetchOffloadConfig
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import tower_pipeline
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    assert tower_pipeline.DEFAULT_LOOKAHEAD == PrefetchOffloadConfig().offload_towers_prefetch_step
+
+
+def test_a_run_of_encodes_is_copy_bound_only_when_every_encode_is() -> None:
+    """`bound_kind`: a run whose encodes differ is "mixed" (held to the ratio, not to the
+    link's bandwidth); a single encode is what its larger time says."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from tower_pipeline import bound_kind, perfect_stream_ms
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    floor = 15.0
+    assert bound_kind(1, 2.0, floor, max(2.0, floor)) == "copy"
+    assert bound_kind(1, 48.0, floor, 48.0) == "compute"
+    small = [2.0, 3.4, 7.6]
+    assert bound_kind(3, sum(small), 3 * floor, perfect_stream_ms(small, floor)) == "copy"
+    large = [48.0, 121.0]
+    assert bound_kind(2, sum(large), 2 * floor, perfect_stream_ms(large, floor)) == "compute"
+    # 2B changing-shapes on the H200 (2026-12-03c): resident 88.25 ms in all, under its
+    # six copies' 89.05 ms, yet one encode (2223 tokens, 47.6 ms) is compute-bound.
+    shapes = [2.0, 47.6, 3.4, 14.1, 13.6, 7.6]
+    ideal = perfect_stream_ms(shapes, 14.84)
+    assert sum(shapes) < 6 * 14.84 < ideal
+    assert bound_kind(6, sum(shapes), 6 * 14.84, ideal) == "mixed"
 
 
 def test_graph_benchmark_profiles_a_chosen_case_and_holds_each_encode_to_its_own_bound(
