@@ -16,7 +16,7 @@
 #   bash benchmarks/gpu/run.sh encgraphs # the engine with encoder CUDA graphs, resident vs streamed (Qwen3-VL)
 #   bash benchmarks/gpu/run.sh hosttime  # tower_host_time.py alone: the streamer's host time per unit, by step
 #   bash benchmarks/gpu/run.sh graph     # tower_graph.py: every case of the matrix, resident vs streamed, CUDA graphs (GRAPH_ARGS,
-#                                        # GRAPH_TIMEOUT_S, default 400)
+#                                        # GRAPH_TIMEOUT_S, default 500: the whole matrix takes ~410 s)
 #   bash benchmarks/gpu/run.sh probe     # copy_issue_probe.py: the host time of one copy issue, four ways (40 s)
 #   bash benchmarks/gpu/run.sh issue     # unit_issue_probe.py: a unit's CUDA calls as now, as one copy graph launch, with
 #                                        # slots released every second unit; host time per unit (ISSUE_OPS, ISSUE_ARGS)
@@ -99,7 +99,7 @@ issue)
   done
   ;;
 graph)
-  in_repo "timeout ${GRAPH_TIMEOUT_S:-400} python3 benchmarks/tower_graph.py ${GRAPH_ARGS:-} --out-dir $OUT/tower_graph" 2>&1 | tee "$OUT/tower-graph.log" | tail -25
+  in_repo "timeout ${GRAPH_TIMEOUT_S:-500} python3 benchmarks/tower_graph.py ${GRAPH_ARGS:-} --out-dir $OUT/tower_graph" 2>&1 | tee "$OUT/tower-graph.log" | tail -25
   ;;
 ab)
   [ -f .gpu/ab-base/FILES ] || { echo "run.sh ab: stage with AB_BASE=<rev> first" >&2; exit 2; }
