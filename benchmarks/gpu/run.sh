@@ -34,8 +34,9 @@
 #                                        # the wrapper, the forward on swapped parameters, the streamer's bookkeeping,
 #                                        # the events and waits, the copies (AB_CASES, AB_ROUNDS)
 # Several stages run in one call in the order given (one machine start): `run.sh intree qwen3 pipeline`.
-# PIPELINE_BUDGET_S (default 300) caps the pipeline matrix and PIPELINE_RESIDENT_ROWS=0 skips its
-# resident-budget rows, so that a chained call fits in the 600 s a command may take.
+# PIPELINE_BUDGET_S (default 300) caps the pipeline matrix, PIPELINE_RESIDENT_ROWS=0 skips its
+# resident-budget rows and PIPELINE_HOST_TIME=0 the host-time benchmark before it, so that a
+# chained call fits in the 600 s a command may take.
 set -uo pipefail
 stages="proof intree qwen3 encgraphs hosttime probe issue contention ab decompose graph pipeline slots resident matrix serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
@@ -117,7 +118,8 @@ decompose)
   ab_cases decompose --strip --hooks
   ;;
 pipeline)
-  host_time
+  # PIPELINE_HOST_TIME=0 skips tower_host_time.py (the matrix alone).
+  [ "${PIPELINE_HOST_TIME:-1}" = 0 ] || host_time
   in_repo "timeout $((pipeline_budget + 60)) python3 benchmarks/tower_pipeline.py ${PIPELINE_ARGS:-} --budget-s $pipeline_budget --out-dir $OUT/tower_pipeline" 2>&1 | tee "$OUT/tower-pipeline.log" | tail -30
   # The same 2B rows with 128 MiB of the tower's first units resident (--offload-towers-resident-gb);
   # PIPELINE_RESIDENT_ROWS=0 skips them.
