@@ -10,12 +10,14 @@ every case runs and every streamed output equals the resident one bit for bit.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -47,6 +49,15 @@ def run_on_cpu(script: Path, tree: Path, *options: str) -> None:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """A script of benchmarks/ as a module (they import each other by name, from there)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
 
 
 def run_smoke(tree: Path, out: Path, *options: str) -> tuple[dict, str]:
@@ -355,22 +366,15 @@ def test_the_benchmarks_default_lookahead_is_vllms(vllm_tree: Path) -> None:
     default for towers (patch 0001), not on a number of their own."""
     from vllm.config.offload import PrefetchOffloadConfig
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import tower_pipeline
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
-    assert tower_pipeline.DEFAULT_LOOKAHEAD == PrefetchOffloadConfig().offload_towers_prefetch_step
+    tower_pipeline = benchmark_module("tower_pipeline")
+    assert PrefetchOffloadConfig().offload_towers_prefetch_step == tower_pipeline.DEFAULT_LOOKAHEAD
 
 
 def test_a_run_of_encodes_is_copy_bound_only_when_every_encode_is() -> None:
     """`bound_kind`: a run whose encodes differ is "mixed" (held to the ratio, not to the
     link's bandwidth); a single encode is what its larger time says."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        from tower_pipeline import bound_kind, perfect_stream_ms
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    tower_pipeline = benchmark_module("tower_pipeline")
+    bound_kind, perfect_stream_ms = tower_pipeline.bound_kind, tower_pipeline.perfect_stream_ms
     floor = 15.0
     assert bound_kind(1, 2.0, floor, max(2.0, floor)) == "copy"
     assert bound_kind(1, 48.0, floor, 48.0) == "compute"
