@@ -364,7 +364,6 @@ def measure_tower(
                 # The ratio's denominator: each encode's max(resident, floor), summed.
                 "max_resident_floor_ms": bound_ms,
                 "streamed_over_max_resident_floor": streamed_rows[best]["over_max_resident_floor"],
-                "bound": tp.bound_kind(len(shapes), r_ms, case_floor_ms, bound_ms),
                 "streamed_h2d_gb_per_s": streamed_rows[best]["h2d_gb_per_s"],
                 "bit_identical_to_resident_graph": all(
                     r["bit_identical_to_resident_graph"] for r in streamed_rows.values()
@@ -475,15 +474,9 @@ def by_lookahead_markdown(report: dict[str, Any]) -> list[str]:
                 f"| {'; '.join(capture_counts(c) for c in cells)} "
                 f"| {'yes' if r['bit_identical_to_resident_graph'] else 'NO'} |"
             )
-    title = "Issue 11's targets on this run (encoder CUDA graphs, every lookahead)"
-    lines += tp.targets_markdown(report["targets"], title)
-    if "targets_at_default_lookahead" in report:
-        title = (
-            f"Issue 11's targets at vLLM's default lookahead for towers ({tp.DEFAULT_LOOKAHEAD}, "
-            "--offload-towers-prefetch-step)"
-        )
-        lines += tp.targets_markdown(report["targets_at_default_lookahead"], title)
-    return lines
+    return lines + tp.report_targets_markdown(
+        report, "Issue 11's targets on this run (encoder CUDA graphs, every lookahead)"
+    )
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -604,10 +597,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def write_report(report: dict[str, Any], out_dir: Path) -> str:
     """The JSON (with issue 11's targets over every lookahead) and the Markdown."""
-    rows = lookahead_rows(report)
-    report["targets"] = tp.targets(rows)
-    if tp.DEFAULT_LOOKAHEAD in report["lookaheads"]:
-        report["targets_at_default_lookahead"] = tp.targets([r for r in rows if r["lookahead"] == tp.DEFAULT_LOOKAHEAD])
+    tp.add_targets(report, lookahead_rows(report))
     text = markdown(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "tower_graph.json", json.dumps(report, indent=2) + "\n")

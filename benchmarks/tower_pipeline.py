@@ -643,6 +643,28 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def add_targets(report: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """Issue 11's targets into `report`: over `rows`, and over those of vLLM's default
+    lookahead for towers where that lookahead ran (the rows a deployment gets)."""
+    report["targets"] = targets(rows)
+    at_default = [r for r in rows if r["lookahead"] == DEFAULT_LOOKAHEAD]
+    if at_default:
+        report["targets_at_default_lookahead"] = targets(at_default)
+
+
+def report_targets_markdown(report: dict[str, Any], heading: str) -> list[str]:
+    """The Markdown of `add_targets`' results: over every row under `heading`, then at
+    the default lookahead."""
+    lines = targets_markdown(report["targets"], heading)
+    if "targets_at_default_lookahead" in report:
+        lines += targets_markdown(
+            report["targets_at_default_lookahead"],
+            f"Issue 11's targets at vLLM's default lookahead for towers ({DEFAULT_LOOKAHEAD}, "
+            "--offload-towers-prefetch-step)",
+        )
+    return lines
+
+
 def targets_markdown(t: dict[str, Any], heading: str = "Issue 11's targets on this run") -> list[str]:
     """The lines of a `targets` result: each of the issue's "done when", as measured."""
     worst = t["worst"]
@@ -866,10 +888,7 @@ def save(report: dict[str, Any], setup: Setup, out_dir: Path, budget: Budget) ->
 def _write(report: dict[str, Any], setup: Setup, out_dir: Path) -> str:
     """The rows and targets from the towers' timings; the JSON and the Markdown written."""
     report["rows"] = [row for name, result in report["towers"].items() for row in rows_of(name, result, setup)]
-    report["targets"] = targets(report["rows"])
-    at_default = [r for r in report["rows"] if r["lookahead"] == DEFAULT_LOOKAHEAD]
-    if at_default:
-        report["targets_at_default_lookahead"] = targets(at_default)
+    add_targets(report, report["rows"])
     markdown = render_markdown(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "tower_pipeline.json", json.dumps(report, indent=2) + "\n")
@@ -1026,12 +1045,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {across(cells, 'streamed_over_max_resident_floor', '.2f')} "
             f"| {across(cells, 'streamed_peak_extra_mib', '.1f')} | {same} |"
         )
-    lines += targets_markdown(report["targets"])
-    if "targets_at_default_lookahead" in report:
-        lines += targets_markdown(
-            report["targets_at_default_lookahead"],
-            f"Issue 11's targets at vLLM's default lookahead for towers ({DEFAULT_LOOKAHEAD})",
-        )
+    lines += report_targets_markdown(report, "Issue 11's targets on this run")
     for name, tower in report["towers"].items():
         for lookahead, phase in tower["streamed"].items():
             prof = phase.get("profile")
