@@ -26,7 +26,7 @@
 #                                        # process, AB_ROUNDS (default 60) rounds per case of AB_CASES, AB_ARGS
 #                                        # more options (e.g. --slot-blocks 2: the current streamer's slots)
 #   bash benchmarks/gpu/run.sh slots     # tower_pipeline.py with one unit per ring slot and with runs of SLOTS_BLOCKS
-#                                        # blocks, a profile each (SLOTS_ARGS, SLOTS_PROFILE; ~3 min)
+#                                        # blocks, a profile each (SLOTS_ARGS, SLOTS_PROFILE, SLOTS_BUDGET_S; ~3 min)
 #   bash benchmarks/gpu/run.sh resident  # tower_pipeline.py at lookahead 1 (RESIDENT_ARGS), once with the whole tower streamed
 #                                        # and once per budget of RESIDENT_GB (default "0.0625 0.125") of leading units kept
 #                                        # resident (--offload-towers-resident-gb); ~80 s each
@@ -130,7 +130,7 @@ slots)
   # the matrix's cases for SLOTS_ARGS (default the 8B tower at lookahead 1), each with a profile
   # of SLOTS_PROFILE (default the compute-bound 8B 2223-token image), one directory per slot size.
   for blocks in 0 "${SLOTS_BLOCKS:-2}"; do
-    in_repo "timeout 140 python3 benchmarks/tower_pipeline.py ${SLOTS_ARGS:---towers 8B --lookaheads 1} --slot-blocks $blocks --profile ${SLOTS_PROFILE:-8B:image-2223:1} --budget-s 60 --out-dir $OUT/slots-$blocks" 2>&1 | tee "$OUT/slots-$blocks.log" | tail -12
+    in_repo "timeout $((${SLOTS_BUDGET_S:-60} + 80)) python3 benchmarks/tower_pipeline.py ${SLOTS_ARGS:---towers 8B --lookaheads 1} --slot-blocks $blocks --profile ${SLOTS_PROFILE:-8B:image-2223:1} --budget-s ${SLOTS_BUDGET_S:-60} --out-dir $OUT/slots-$blocks" 2>&1 | tee "$OUT/slots-$blocks.log" | tail -12
   done
   ;;
 resident)
