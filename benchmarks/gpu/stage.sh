@@ -58,7 +58,8 @@ carried_bytes() {
 if [ "$(carried_bytes)" -gt "$limit" ]; then
   for wheel in "$extra"/*.whl; do rm -f ".gpu/wheels/$(basename "$wheel")"; done
   echo "stage.sh: over the device's 64 MiB: left out the Mistral-format wheels" \
-    "(run.sh matrix's pixtral, mistral3 and voxtral towers will fail to import)" >&2
+    "(run.sh matrix's pixtral, mistral3 and voxtral towers will fail to import; for that call," \
+    "move older benchmarks/results/gpu-* folders out of the checkout and stage again)" >&2
 fi
 carried=$(carried_bytes)
 echo "stage.sh: $((carried / 1024 / 1024)) MiB carried with .gpu/ ($(du -sh .gpu | cut -f1) of it .gpu/)"
