@@ -38,7 +38,7 @@
 # resident-budget rows and PIPELINE_HOST_TIME=0 the host-time benchmark before it, so that a
 # chained call fits in the 600 s a command may take.
 set -uo pipefail
-stages="proof intree qwen3 encgraphs hosttime probe issue contention ab decompose graph pipeline slots resident matrix serve bench multi"
+stages="proof intree qwen3 encgraphs hosttime probe issue contention ab decompose graph pipeline slots resident matrix encodeab serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -141,6 +141,10 @@ resident)
   ;;
 matrix)
   in_repo "timeout 560 python3 benchmarks/tower_matrix.py --out-dir $OUT/tower_matrix" 2>&1 | tee "$OUT/tower-matrix.log" | tail -30
+  ;;
+encodeab)
+  # Tower encodes against model encodes (embed_multimodal as the encode), per family, one process.
+  in_repo "timeout ${ENCODEAB_TIMEOUT_S:-420} python3 benchmarks/model_encode_ab.py ${ENCODEAB_ARGS:-} --out-dir $OUT/model_encode_ab" 2>&1 | tee "$OUT/model-encode-ab.log" | grep -v '^\[encode-ab\]' | tail -30
   ;;
 serve)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_server_offload_towers.py" 2>&1 | tee "$OUT/gpu-server-tests.log" | tail -30
