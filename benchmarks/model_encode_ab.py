@@ -20,7 +20,9 @@ run), each way against max(resident, floor), and bit-identity to resident.
     python3 benchmarks/model_encode_ab.py --families llava,whisper --out-dir DIR
 
 writes model_encode_ab.json and model_encode_ab.md in DIR (rewritten after
-every family). On the H200: `bash benchmarks/gpu/run.sh encodeab`.
+every family). On the H200: `bash benchmarks/gpu/run.sh encodeab`. `--smoke`
+runs three families' tiny towers on the CPU (the patched tree as the CPU tests
+import it: `$VLLM_FORK_TREE`, else build/vllm), for CI.
 """
 
 from __future__ import annotations
@@ -45,7 +47,16 @@ DEFAULT_FAMILIES = (
     "llava,llava_next,internvl,molmo,lfm2_vl,minicpmv4_6,step3_vl,ovis,blip2,"
     "qwen2_5_vl,qwen3_vl,whisper,ultravox,qwen2_audio,minicpmo_audio"
 )
+SMOKE_FAMILIES = "llava,step3_vl,minicpmv4_6"  # two towers; one called twice; layers called one by one
 MiB = 1 << 20
+
+
+def import_vllm_on_cpu() -> None:
+    """Import the patched tree as the CPU tests do (tests/patches/vllm_cpu.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "patches"))
+    import vllm_cpu
+
+    vllm_cpu.import_on_cpu(vllm_cpu.ensure_tree())
 
 
 def _sync(device: torch.device) -> None:
@@ -160,10 +171,15 @@ def main() -> None:
     parser.add_argument("--families", default=DEFAULT_FAMILIES)
     parser.add_argument("--rounds", type=int, default=5, help="timed encodes per way per block")
     parser.add_argument("--blocks", type=int, default=3)
-    parser.add_argument("--size", default=tf.FULL, help="tiny: the CPU matrix's towers (a smoke run)")
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--smoke", action="store_true", help="tiny towers of three families on the CPU")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args()
+    args.size, args.device = tf.FULL, "cuda"
+    if args.smoke:
+        import_vllm_on_cpu()
+        args.size, args.device, args.rounds, args.blocks = tf.TINY, "cpu", 1, 2
+        if args.families == DEFAULT_FAMILIES:
+            args.families = SMOKE_FAMILIES
     command = "python3 benchmarks/model_encode_ab.py " + " ".join(sys.argv[1:])
     device = torch.device(args.device)
     args.out_dir.mkdir(parents=True, exist_ok=True)
