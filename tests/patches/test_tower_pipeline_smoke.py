@@ -296,6 +296,26 @@ def test_ab_benchmark_compares_two_streamers_in_one_process(vllm_tree: Path, tmp
     assert set(report["ring_bytes"].values()) == {2 << 20}
 
 
+def test_encode_ab_benchmark_copies_the_same_bytes_both_ways_bit_identically(vllm_tree: Path, tmp_path: Path) -> None:
+    """benchmarks/model_encode_ab.py --smoke: tower encodes against model encodes for three
+    families' tiny towers as vLLM builds them: LLaVA (a vision tower, then a projector),
+    Step3-VL (its vision tower called twice per encode, for the image and its patches),
+    MiniCPM-V 4.6 (its tower's layers called one by one, without the tower's forward)."""
+    run_on_cpu(REPO / "benchmarks" / "model_encode_ab.py", vllm_tree, "--out-dir", str(tmp_path))
+    rows = json.loads((tmp_path / "model_encode_ab.json").read_text())["rows"]
+    assert [row["family"] for row in rows] == ["llava", "step3_vl", "minicpmv4_6"]
+    for row in rows:
+        tower, model = row["tower"], row["model"]
+        assert tower["bit_identical"] and model["bit_identical"], row["family"]
+        # Each unit once per call of its tower both ways: a model encode opens the projector
+        # ahead and carries Step3-VL's tower across its two calls without a copy more (no
+        # guess past its last unit), and streams MiniCPM-V 4.6's layers through the ring
+        # instead of copying each alone.
+        assert model["copied_bytes_per_encode"] == tower["copied_bytes_per_encode"] > 0, row["family"]
+        assert len(tower["seconds"]) == len(model["seconds"]) == 2
+    assert "| step3_vl |" in (tmp_path / "model_encode_ab.md").read_text()
+
+
 def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: Path) -> None:
     """benchmarks/tower_graph.py --smoke: both towers, every case at lookahead 1-3, eager
     stand-ins for the replays (the CPU has no graphs); one-sequence metadata computes what the
