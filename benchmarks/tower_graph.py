@@ -118,7 +118,7 @@ class StreamerWatch:
     ring, those whose copy had not been issued ahead (a wrong or missing guess of the
     order), those onloaded into memory of their own (outside an encode or nested in
     another unit: copied and waited for on the spot, nothing overlapped), and the tables
-    onloaded at an encode's start.
+    whose copies an encode issues at its start.
 
     In a graph replay the streamer's Python does not run: what the capture saw is what
     every replay does, so these counts tell a replay that overlaps its copies from one
@@ -132,7 +132,7 @@ class StreamerWatch:
         from vllm.model_executor.offloader import tower_streaming as ts
 
         counts = self.counts
-        acquire, enter_alone, onload = ts._Ring.acquire, ts.StreamedTower._enter_alone, ts._CopyEngine.onload
+        acquire, enter_alone, issue = ts._Ring.acquire, ts.StreamedTower._enter_alone, ts._CopyEngine.issue
         alone_now = [False]
 
         def counted_acquire(ring: Any, position: int, run: Any) -> None:
@@ -148,21 +148,22 @@ class StreamerWatch:
             finally:
                 alone_now[0] = False
 
-        def counted_onload(engine: Any, unit: Any) -> torch.Tensor:
+        # Every copy outside the ring is issued here: a unit alone's (counted above) or a table's.
+        def counted_issue(engine: Any, unit: Any) -> tuple[torch.Tensor, Any]:
             counts["tables"] += not alone_now[0]
-            return onload(engine, unit)
+            return issue(engine, unit)
 
-        self._restore = (ts, acquire, enter_alone, onload)
-        ts._Ring.acquire, ts.StreamedTower._enter_alone, ts._CopyEngine.onload = (
+        self._restore = (ts, acquire, enter_alone, issue)
+        ts._Ring.acquire, ts.StreamedTower._enter_alone, ts._CopyEngine.issue = (
             counted_acquire,
             counted_alone,
-            counted_onload,
+            counted_issue,
         )
         return self
 
     def __exit__(self, *exc: object) -> None:
-        ts, acquire, enter_alone, onload = self._restore
-        ts._Ring.acquire, ts.StreamedTower._enter_alone, ts._CopyEngine.onload = acquire, enter_alone, onload
+        ts, acquire, enter_alone, issue = self._restore
+        ts._Ring.acquire, ts.StreamedTower._enter_alone, ts._CopyEngine.issue = acquire, enter_alone, issue
 
 
 class Encodes:
