@@ -42,6 +42,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 import tower_families as tf  # noqa: E402
 from tower_families.measure import pinned_h2d_bytes_per_s  # noqa: E402
+from tower_matrix import import_vllm_on_cpu  # noqa: E402
+
+from vllm_fork.core.fs import write_atomic  # noqa: E402
 
 DEFAULT_FAMILIES = (
     "llava,llava_next,internvl,molmo,lfm2_vl,minicpmv4_6,step3_vl,ovis,blip2,"
@@ -49,14 +52,6 @@ DEFAULT_FAMILIES = (
 )
 SMOKE_FAMILIES = "llava,step3_vl,minicpmv4_6"  # two towers; one called twice; layers called one by one
 MiB = 1 << 20
-
-
-def import_vllm_on_cpu() -> None:
-    """Import the patched tree as the CPU tests do (tests/patches/vllm_cpu.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "patches"))
-    import vllm_cpu
-
-    vllm_cpu.import_on_cpu(vllm_cpu.ensure_tree())
 
 
 def _sync(device: torch.device) -> None:
@@ -182,7 +177,6 @@ def main() -> None:
             args.families = SMOKE_FAMILIES
     command = "python3 benchmarks/model_encode_ab.py " + " ".join(sys.argv[1:])
     device = torch.device(args.device)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     shims = tf.cpu_shims() if device.type == "cpu" else contextlib.nullcontext()
     with shims, tf.vllm_context("nccl" if device.type == "cuda" else "gloo"):
@@ -196,8 +190,8 @@ def main() -> None:
             rows.append(row)
             print(f"[encode-ab] {json.dumps(row)}", flush=True)
             meta = {"command": command, "device": _device_name(device), "host": platform.node()}
-            (args.out_dir / "model_encode_ab.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
-            (args.out_dir / "model_encode_ab.md").write_text(markdown(rows, command))
+            write_atomic(args.out_dir / "model_encode_ab.json", json.dumps({**meta, "rows": rows}, indent=1) + "\n")
+            write_atomic(args.out_dir / "model_encode_ab.md", markdown(rows, command))
 
 
 if __name__ == "__main__":
