@@ -33,7 +33,6 @@ import json
 import platform
 import statistics
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -41,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 import tower_families as tf  # noqa: E402
-from tower_families.measure import pinned_h2d_bytes_per_s  # noqa: E402
+from tower_families.measure import pinned_h2d_bytes_per_s, timed  # noqa: E402
 from tower_matrix import import_vllm_on_cpu  # noqa: E402
 
 from vllm_fork.core.fs import write_atomic  # noqa: E402
@@ -54,25 +53,12 @@ SMOKE_FAMILIES = "llava,step3_vl,minicpmv4_6"  # two towers; one called twice; l
 MiB = 1 << 20
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _timed(run, device: torch.device) -> tuple[float, list[torch.Tensor]]:
-    _sync(device)
-    start = time.perf_counter()
-    outputs = run()
-    _sync(device)
-    return time.perf_counter() - start, outputs
-
-
 def _resident(family: tf.TowerFamily, size: str, device: torch.device, encodes: int) -> tuple[list, list[float]]:
     """The family's outputs and encode times with its towers on the device."""
     host = tf.build_family(family, size, device, torch.bfloat16)
     inputs = tf.make_inputs(family, host, size, device, torch.bfloat16)
     reference = tf.encode(family, host, inputs)  # also the warm-up
-    return reference, [_timed(lambda: tf.encode(family, host, inputs), device)[0] for _ in range(encodes)]
+    return reference, [timed(lambda: tf.encode(family, host, inputs), device)[0] for _ in range(encodes)]
 
 
 def _streamed(family: tf.TowerFamily, size: str, device: torch.device, reference, rounds: int, blocks: int) -> dict:
@@ -99,7 +85,7 @@ def _streamed(family: tf.TowerFamily, size: str, device: torch.device, reference
             got["identical"] &= tf.bit_identical(encode_with(bracket), reference)  # learns the order
             before = streamer.copied_bytes
             for _ in range(rounds):
-                elapsed, outputs = _timed(lambda bracket=bracket: encode_with(bracket), device)
+                elapsed, outputs = timed(lambda bracket=bracket: encode_with(bracket), device)
                 got["seconds"].append(elapsed)
                 got["identical"] &= tf.bit_identical(outputs, reference)
             got["copied"] += streamer.copied_bytes - before

@@ -45,17 +45,26 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed_encodes(family, host, inputs, device, repeats: int, bracket=contextlib.nullcontext):
+def timed(run, device: torch.device) -> tuple[float, Any]:
+    """Seconds from a synchronized device to `run()`'s work done on it, and what it returned."""
     import time
+
+    _synchronize(device)
+    start = time.perf_counter()
+    outputs = run()
+    _synchronize(device)
+    return time.perf_counter() - start, outputs
+
+
+def _timed_encodes(family, host, inputs, device, repeats: int, bracket=contextlib.nullcontext):
+    def run():
+        with bracket():
+            return encode(family, host, inputs)
 
     outputs, times = None, []
     for _ in range(repeats):
-        _synchronize(device)
-        start = time.perf_counter()
-        with bracket():
-            outputs = encode(family, host, inputs)
-        _synchronize(device)
-        times.append(time.perf_counter() - start)
+        elapsed, outputs = timed(run, device)
+        times.append(elapsed)
     return outputs, times
 
 
