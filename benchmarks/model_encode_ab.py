@@ -116,13 +116,9 @@ def measure(family: tf.TowerFamily, size: str, device: torch.device, rounds: int
     return row
 
 
-def _device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
-
-
-def markdown(rows: list[dict], command: str) -> str:
+def markdown(rows: list[dict], command: str, device: str) -> str:
     lines = [
-        f"# Tower encodes against model encodes ({_device_name(torch.device('cuda' if torch.cuda.is_available() else 'cpu'))})",
+        f"# Tower encodes against model encodes ({device})",
         "",
         f"`{command}`",
         "",
@@ -175,9 +171,9 @@ def main() -> None:
                 tf.release(device)
             rows.append(row)
             print(f"[encode-ab] {json.dumps(row)}", flush=True)
-            meta = {"command": command, "device": _device_name(device), "host": platform.node()}
+            meta = {"command": command, "device": tf.device_name(device), "host": platform.node()}
             write_atomic(args.out_dir / "model_encode_ab.json", json.dumps({**meta, "rows": rows}, indent=1) + "\n")
-            write_atomic(args.out_dir / "model_encode_ab.md", markdown(rows, command))
+            write_atomic(args.out_dir / "model_encode_ab.md", markdown(rows, command, meta["device"]))
 
 
 if __name__ == "__main__":

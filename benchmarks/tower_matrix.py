@@ -46,7 +46,6 @@ import argparse
 import collections
 import json
 import os
-import platform
 import shlex
 import signal
 import subprocess
@@ -262,9 +261,7 @@ def write_results(args: argparse.Namespace, rows: list[dict]) -> int:
         "command": command,
         "size": args.size,
         "dtype": str(DTYPES[args.dtype]),
-        "device": torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else (platform.processor() or platform.machine()),
+        "device": tf.device_name(device),
         "torch": torch.__version__,
         "standins": os.environ.get("VLLM_GPU_STANDINS") == "1",
         "rows": rows,

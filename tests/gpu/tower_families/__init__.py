@@ -50,7 +50,7 @@ from tower_families.core import (
     vllm_context,
 )
 from tower_families.cpu import cpu_shims
-from tower_families.measure import markdown_table, measure_family, param_bytes_on_device, release
+from tower_families.measure import device_name, markdown_table, measure_family, param_bytes_on_device, release
 
 __all__ = [
     "FAMILIES",
@@ -65,6 +65,7 @@ __all__ = [
     "loader_defaults",
     "seed_weights",
     "cpu_shims",
+    "device_name",
     "device_properties",
     "encode",
     "family",

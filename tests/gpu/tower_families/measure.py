@@ -45,6 +45,13 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's where the run had no GPU: what a result was measured on."""
+    import platform
+
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+
+
 def timed(run, device: torch.device) -> tuple[float, Any]:
     """Seconds from a synchronized device to `run()`'s work done on it, and what it returned."""
     import time
