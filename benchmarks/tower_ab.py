@@ -128,7 +128,7 @@ def hook_units(streaming: ModuleType, tower: torch.nn.Module, side: str, device:
         slots = []
         for _ in range({"hooked": 0, "swapped-once": 1}.get(side, 2)):
             if side == "swapped-plain":
-                slots.append([_like(place.param, place.param.data.clone()) for place in unit.places])
+                slots.append([_like(streaming, place.param, place.param.data.clone()) for place in unit.places])
                 continue
             flat = torch.empty(unit.nbytes, dtype=torch.uint8, device=device)
             for place in unit.places:
@@ -138,9 +138,10 @@ def hook_units(streaming: ModuleType, tower: torch.nn.Module, side: str, device:
     return len(specs)
 
 
-def _like(original: torch.nn.Parameter, data: torch.Tensor) -> torch.nn.Parameter:
-    """A parameter of `original`'s class and attributes on `data` (as `params_on` makes them)."""
-    param = torch.Tensor._make_subclass(type(original), data, original.requires_grad)
+def _like(streaming: ModuleType, original: torch.nn.Parameter, data: torch.Tensor) -> torch.nn.Parameter:
+    """A parameter like `original` on `data`, as `params_on` makes them: of its class (without
+    vLLM's forwarding `__torch_function__`, `_direct_dispatch`) with its attributes."""
+    param = torch.Tensor._make_subclass(streaming._direct_dispatch(type(original)), data, original.requires_grad)
     param.__dict__.update(original.__dict__)
     return param
 
