@@ -691,11 +691,11 @@ def targets_markdown(t: dict[str, Any], heading: str = "Issue 11's targets on th
 
 def add_one_case_args(parser: argparse.ArgumentParser, lookahead: bool = True) -> None:
     """The options of a benchmark that times one case on one tower: --tower, --case (a case
-    of CASES) and, with `lookahead`, --lookahead."""
+    of CASES) and, with `lookahead`, --lookahead (default vLLM's for towers)."""
     parser.add_argument("--tower", default="2B", choices=sorted(TOWERS))
     parser.add_argument("--case", default="image-64", choices=[c.name for c in CASES])
     if lookahead:
-        parser.add_argument("--lookahead", type=int, default=1)
+        parser.add_argument("--lookahead", type=int, default=DEFAULT_LOOKAHEAD)
 
 
 def case_named(name: str) -> Case:
