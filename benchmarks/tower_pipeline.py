@@ -193,11 +193,12 @@ class Setup:
         return case.tokens(tiny_grid if self.smoke else None)
 
 
-def build_tower(setup: Setup, tower: str, seed: int = 0) -> torch.nn.Module:
+def build_tower(setup: Setup, tower: str, seed: int | None = 0) -> torch.nn.Module:
     """The tower as Qwen3-VL's model builds it, with seeded N(0, 0.02) weights.
 
     Built under the default device and dtype, like vLLM's loader; the same
-    seed gives the same weights, resident or streamed.
+    seed gives the same weights, resident or streamed. `seed` None leaves the
+    weights as built (on the meta device there are none).
     """
     from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
     from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
@@ -211,8 +212,9 @@ def build_tower(setup: Setup, tower: str, seed: int = 0) -> torch.nn.Module:
             input_norm=build_mm_input_norm(None),
             prefix="visual",
         )
-    tf.seed_weights([module], setup.device, seed)
-    if setup.device.type == "cpu":
+    if seed is not None:
+        tf.seed_weights([module], setup.device, seed)
+    if setup.device.type in ("cpu", "meta"):  # vLLM's CPU platform, either way
         tf.use_plain_cpu_linear(module)
     use_vit_attention(module, setup.vit_attention)
     return module
@@ -276,7 +278,9 @@ class Inputs:
 
     def __call__(self, grids: tuple[Grid, ...]) -> torch.Tensor:
         if grids not in self._made:
-            generator = torch.Generator(device=self.setup.device).manual_seed(1 + len(self._made))
+            # The meta device (benchmarks/ring_model.py: shapes only) has no generator.
+            meta = self.setup.device.type == "meta"
+            generator = None if meta else torch.Generator(device=self.setup.device).manual_seed(1 + len(self._made))
             patches = sum(t * h * w for t, h, w in grids)
             x = torch.randn(patches, self.patch_dim, generator=generator, device=self.setup.device)
             self._made[grids] = x.to(self.setup.dtype)
