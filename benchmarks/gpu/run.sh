@@ -93,8 +93,9 @@ probe)
   in_repo "timeout 150 python3 benchmarks/copy_issue_probe.py --out $OUT/copy_issue.json" 2>&1 | tee "$OUT/copy-issue-probe.log" | tail -25
   ;;
 issue)
-  # The streamer's per-unit CUDA calls against fewer (a copy graph per unit, slots released
-  # every second unit) in an encode-shaped loop; a block's host time as 24 and as 12 kernels.
+  # The streamer's per-unit CUDA calls against fewer (waits only where an event query finds the
+  # work not done, a copy graph per unit, slots released every second unit) in an encode-shaped
+  # loop; a block's host time as 24 and as 12 kernels.
   for ops in ${ISSUE_OPS:-24 12}; do
     in_repo "timeout 120 python3 benchmarks/unit_issue_probe.py --ops $ops ${ISSUE_ARGS:-} --out $OUT/unit_issue_ops$ops.json" 2>&1 | tee -a "$OUT/unit-issue-probe.log" | tail -3
   done
