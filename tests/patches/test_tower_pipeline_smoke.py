@@ -470,3 +470,22 @@ def test_graph_benchmark_with_sdpa_runs_single_images_without_cu_seqlens(vllm_tr
     assert [r["case"] for r in rows] == [f"image-{n}" for n in (64, 256, 1024, 2223)]
     assert all(r["bit_identical_to_resident_graph"] and r["resident_graph_equals_eager"] for r in rows)
     assert "ViT attention TORCH_SDPA" in (tmp_path / "tower_graph.md").read_text()
+
+
+def test_ring_model_runs_the_real_towers_units_in_order_with_their_flops(vllm_tree: Path, tmp_path: Path):
+    """ring_model.py --smoke: the Qwen3-VL towers (tiny) built on the meta device, split as the
+    streamer splits them, their ring units in the order their forwards run (the blocks under
+    support_torch_compile, past module hooks), each with its FLOPs on the case's input."""
+    run_on_cpu(REPO / "benchmarks" / "ring_model.py", vllm_tree, "--out-dir", str(tmp_path))
+    report = json.loads((tmp_path / "ring_model.json").read_text())
+    assert [t["tower"] for t in report["towers"]] == ["2B", "8B"]
+    for tower in report["towers"]:
+        names = [u["name"] for u in tower["units"]]
+        assert names[0] == "patch_embed"
+        blocks = [n for n in names if n.startswith("blocks.")]
+        assert len(blocks) >= 2 and blocks == sorted(blocks, key=lambda n: int(n.split(".")[1]))
+        assert names[-2:] == ["merger.linear_fc1", "merger.linear_fc2"]
+        assert all(u["flops"] > 0 and u["nbytes"] > 0 for u in tower["units"])
+        assert len(tower["rows"]) == 7 * 3
+        assert all(row["fixed"] >= 1.0 and row["bytes"] >= 1.0 for row in tower["rows"])
+    assert (tmp_path / "ring_model.md").read_text().startswith("# Ring depth")
