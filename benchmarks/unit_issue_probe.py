@@ -91,6 +91,7 @@ def cudart() -> SimpleNamespace:
         wait=fn("cudaStreamWaitEvent", P, P, ctypes.c_uint),
         query=fn("cudaEventQuery", P),
         get_last_error=fn("cudaGetLastError"),
+        peek_at_last_error=fn("cudaPeekAtLastError"),
         graph_create=fn("cudaGraphCreate", node_p, ctypes.c_uint),
         add_wait=fn("cudaGraphAddEventWaitNode", node_p, P, node_p, ctypes.c_size_t, P),
         add_record=fn("cudaGraphAddEventRecordNode", node_p, P, node_p, ctypes.c_size_t, P),
@@ -345,6 +346,20 @@ def wait_node_waits(ring: Ring) -> bool:
     return ok
 
 
+def not_ready_is_a_last_error(ring: Ring) -> dict[str, int]:
+    """What `cudaEventQuery` returns for an event behind a long kernel, and whether the
+    thread's last error is then that (if not, `query first` needs no reset call)."""
+    rt = ring.rt
+    torch.cuda.synchronize()
+    torch.cuda._sleep(50_000_000)
+    rt.record(ring.release_one, ring.compute)
+    query = rt.query(ring.release_one)
+    peek = rt.peek_at_last_error()
+    rt.get_last_error()
+    torch.cuda.synchronize()
+    return {"query": query, "last_error_after": peek}
+
+
 def graph_in_capture(ring: Ring) -> str:
     """Whether a copy graph launches into a stream capture (as a child graph): 'ok' or the error."""
     rt = ring.rt
@@ -410,6 +425,7 @@ def main() -> None:
         "rounds": args.rounds,
     }
     result["wait_node_waits_for_the_release"] = wait_node_waits(ring)
+    result["not_ready_query"] = not_ready_is_a_last_error(ring)
     for run in ways.values():
         for _ in range(3):
             run()
@@ -454,6 +470,7 @@ def main() -> None:
         )
         + f"; bytes equal: {result['bytes_equal']}"
         + f"; query first skipped {result['query_first_waits_skipped']:.0%} of its waits"
+        + f"; a not-ready query: {result['not_ready_query']}"
     )
 
 
