@@ -39,7 +39,9 @@ extra host time per unit over `resident` (median of the per-round differences, q
 and whether the last encode's slots hold the arena's bytes. Two checks of a copy graph's
 semantics: its wait node waits for the release recorded before its launch (a slot the
 compute stream clears after a long kernel, then releases: the copy must land after it),
-and whether a copy graph can be launched into a stream capture (CUDA graphs of encodes).
+and whether a copy graph can be launched into a stream capture (CUDA graphs of encodes);
+and whether a `cudaEventQuery` that finds the work not done leaves that as the thread's last
+error (`query first` then needs a `cudaGetLastError` after it, as torch's `Event.query` makes).
 
     python3 benchmarks/unit_issue_probe.py --out FILE.json   # on a CUDA machine
 """
