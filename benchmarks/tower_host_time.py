@@ -231,8 +231,10 @@ class _Clock:
         ("StreamedUnit", "swap_out", "swap out (the unit's own parameters back)"),
         ("_Ring", "acquire", "acquire (wait for the unit's copy)"),
         ("StreamedTower", "_prefetch", "prefetch (issue the next copies)"),
+        # Trees with a plan: a position of an encode that follows the last one.
+        ("_Ring", "take", "take (wait for the unit's copy, issue the one lookahead ahead)"),
         # `_Ring.fill` issues a unit's copy (on the CPU, makes it), unless issued already.
-        ("_Ring", "fill", "fill (a copy's issue, unless issued: prefetch, acquire)"),
+        ("_Ring", "fill", "fill (a copy's issue, unless issued: prefetch, acquire, take)"),
         ("_Ring", "release", "release (mark the slot free)"),
     )
 
