@@ -196,13 +196,15 @@ class Ring:
 
     def _calls(self, issue: Callable[[int], None], wait: Callable[[int, int], None] | None = None) -> None:
         rt, slots = self.rt, 2
-        wait = wait or (lambda stream, event: rt.wait(stream, event, 0))
         for slot in range(slots):
             rt.record(self.released[slot], self.compute)
         issue(0)
         for position in range(self.units):
             slot = position % slots
-            wait(self.compute, self.copied[slot])
+            if wait is None:  # the streamer's call, as the other ways make it
+                rt.wait(self.compute, self.copied[slot], 0)
+            else:
+                wait(self.compute, self.copied[slot])
             if position + 1 < self.units:
                 issue(position + 1)
             self._compute(slot)
