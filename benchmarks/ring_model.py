@@ -56,31 +56,40 @@ MiB = 1 << 20
 
 @dataclass(frozen=True)
 class Unit:
-    """One ring unit of an encode, in run order: its name, bytes and compute time."""
+    """One ring unit of an encode, in run order: its name, its bytes and its compute (its
+    FLOPs from `tower_units`, milliseconds once scaled by `at_balance`)."""
 
     name: str
     nbytes: int
-    compute_ms: float
+    compute: float
+
+
+def end_ms(units: Sequence[Unit], waits_for: Sequence[int | None], bytes_per_ms: float) -> float:
+    """The encode's end when unit k's copy, after the copy before it, also waits for the
+    compute of unit `waits_for[k]` (the last one to use its ring memory; None: none), and
+    each unit computes after its copy and the unit before it. What a ring is, here."""
+    copy_done = 0.0
+    computed: list[float] = []
+    for unit, before in zip(units, waits_for, strict=True):
+        free = computed[before] if before is not None else 0.0
+        copy_done = max(copy_done, free) + unit.nbytes / bytes_per_ms
+        computed.append(max(computed[-1] if computed else 0.0, copy_done) + unit.compute)
+    return computed[-1] if computed else 0.0
 
 
 def fixed_slots_ms(units: Sequence[Unit], slots: int, bytes_per_ms: float) -> float:
-    """The encode's end with `slots` slots used round-robin (patch 0001's ring)."""
-    copy_done = 0.0
-    computed: list[float] = []
-    for k, unit in enumerate(units):
-        slot_free = computed[k - slots] if k >= slots else 0.0
-        copy_done = max(copy_done, slot_free) + unit.nbytes / bytes_per_ms
-        computed.append(max(computed[-1] if computed else 0.0, copy_done) + unit.compute_ms)
-    return computed[-1] if computed else 0.0
+    """The encode's end with `slots` slots used round-robin (patch 0001's ring): each copy
+    waits for the unit `slots` positions back."""
+    return end_ms(units, [k - slots if k >= slots else None for k in range(len(units))], bytes_per_ms)
 
 
 def byte_ring_ms(units: Sequence[Unit], capacity: int, bytes_per_ms: float) -> float:
     """The encode's end with one circular buffer of `capacity` bytes: each unit takes the
     next bytes (from the start when it does not fit before the end), and its copy waits
-    for every earlier unit whose bytes it overwrites to have computed."""
-    copy_done = 0.0
-    computed: list[float] = []
+    for every earlier unit whose bytes it overwrites to have computed (computes finish in
+    order: the last of them)."""
     placed: list[tuple[int, int]] = []  # (start, end) of each unit, in order
+    waits_for: list[int | None] = []
     offset = 0
     for unit in units:
         if unit.nbytes > capacity:
@@ -89,26 +98,23 @@ def byte_ring_ms(units: Sequence[Unit], capacity: int, bytes_per_ms: float) -> f
             offset = 0
         start, end = offset, offset + unit.nbytes
         offset = end
-        # Computes finish in order: the last overwritten unit is the one to wait for.
         overwritten = [j for j, (a, b) in enumerate(placed) if a < end and start < b]
-        free = computed[max(overwritten)] if overwritten else 0.0
-        copy_done = max(copy_done, free) + unit.nbytes / bytes_per_ms
-        computed.append(max(computed[-1] if computed else 0.0, copy_done) + unit.compute_ms)
+        waits_for.append(max(overwritten) if overwritten else None)
         placed.append((start, end))
-    return computed[-1] if computed else 0.0
+    return end_ms(units, waits_for, bytes_per_ms)
 
 
 def at_balance(units: Sequence[Unit], balance: float, bytes_per_ms: float) -> list[Unit]:
     """`units` with their compute scaled so that it totals `balance` x their copy time."""
     copy_ms = sum(u.nbytes for u in units) / bytes_per_ms
-    compute_ms = sum(u.compute_ms for u in units)
-    scale = balance * copy_ms / compute_ms
-    return [Unit(u.name, u.nbytes, u.compute_ms * scale) for u in units]
+    compute = sum(u.compute for u in units)
+    scale = balance * copy_ms / compute
+    return [Unit(u.name, u.nbytes, u.compute * scale) for u in units]
 
 
 def ratios(units: Sequence[Unit], lookahead: int, bytes_per_ms: float) -> dict[str, float]:
     """Each ring's encode end over max(compute, copy time), at `lookahead`."""
-    bound = max(sum(u.compute_ms for u in units), sum(u.nbytes for u in units) / bytes_per_ms)
+    bound = max(sum(u.compute for u in units), sum(u.nbytes for u in units) / bytes_per_ms)
     slots = lookahead + 1
     capacity = slots * max(u.nbytes for u in units)
     return {
@@ -119,7 +125,7 @@ def ratios(units: Sequence[Unit], lookahead: int, bytes_per_ms: float) -> dict[s
 
 def tower_units(tower_name: str, case_name: str, smoke: bool) -> list[Unit]:
     """The ring units of one encode of the real tower, in run order, each with its bytes and
-    its FLOPs (as `compute_ms`, to be scaled by `at_balance`).
+    its FLOPs (as `compute`, to be scaled by `at_balance`).
 
     The tower is built on the meta device (no memory, no compute: the full-size towers'
     FLOPs at every input size, on any machine) and split as `TowerStreamer.wrap` splits it
@@ -163,7 +169,7 @@ def tower_units(tower_name: str, case_name: str, smoke: bool) -> list[Unit]:
         spec = ring[index]
         nbytes = sum(p.numel() * p.element_size() for _, p in spec.named_parameters())
         units.append(Unit(spec.name, nbytes, float(flops)))
-    if not any(u.compute_ms for u in units):
+    if not any(u.compute for u in units):
         raise RuntimeError("no FLOPs were attributed to the ring units: module names changed?")
     return units
 
@@ -232,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
             {
                 "tower": tower,
                 "case": args.case,
-                "units": [{"name": u.name, "nbytes": u.nbytes, "flops": u.compute_ms} for u in units],
+                "units": [{"name": u.name, "nbytes": u.nbytes, "flops": u.compute} for u in units],
                 "rows": model(units, bytes_per_ms),
             }
         )

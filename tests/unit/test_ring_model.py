@@ -18,7 +18,7 @@ RATE = 1.0
 
 def test_one_slot_serializes_every_copy_and_compute():
     units = [Unit("a", 4, 3.0), Unit("b", 2, 5.0), Unit("c", 6, 1.0)]
-    assert fixed_slots_ms(units, 1, RATE) == sum(u.nbytes + u.compute_ms for u in units)
+    assert fixed_slots_ms(units, 1, RATE) == sum(u.nbytes + u.compute for u in units)
 
 
 def test_enough_slots_leave_the_copies_back_to_back():
@@ -60,7 +60,7 @@ def test_a_unit_larger_than_the_byte_ring_is_refused():
 def test_balance_scales_the_compute_to_a_share_of_the_copy_time():
     units = [Unit("a", 30, 1.0), Unit("b", 10, 3.0)]
     scaled = at_balance(units, 0.5, RATE)
-    assert sum(u.compute_ms for u in scaled) == pytest.approx(20.0)
-    assert scaled[1].compute_ms == pytest.approx(3 * scaled[0].compute_ms)
+    assert sum(u.compute for u in scaled) == pytest.approx(20.0)
+    assert scaled[1].compute == pytest.approx(3 * scaled[0].compute)
     # The ratios are against max(compute, copy time): here the copy time, 40.
     assert ratios(scaled, 1, RATE)["fixed"] == pytest.approx(fixed_slots_ms(scaled, 2, RATE) / 40)
