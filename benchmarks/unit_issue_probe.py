@@ -24,6 +24,11 @@ compute stream that read its slot, one encode per way per round, rotated:
 - `release every 2`: the streamer's calls with the slot released every second unit (a
   ring of 3 slots: the copy into a slot waits for the unit three positions back), one
   record and one wait fewer per two units;
+- `calls, 4 KiB copies`: the streamer's calls, each copy moving 4 KiB of its unit: what
+  the calls cost without the link's traffic;
+- `copies alone`: the resident kernels while the copy stream moves all the units' bytes in
+  one copy, with no ordering between the streams: what the link's traffic costs the host's
+  launches without the streamer's calls (the two split `calls`);
 - `memops program`: the copy stream's whole program for the encode (per unit: wait until
   a counter in device memory says its slot is free, copy, write a counter saying the copy
   is done) captured once as a CUDA graph and launched at the encode's start; per unit the
@@ -69,6 +74,7 @@ from vllm_fork.core.fs import write_atomic  # noqa: E402
 MiB = 1 << 20
 CUDA_MEMCPY_DEFAULT = 4
 CUDA_ERROR_NOT_READY = 600
+TINY_COPY_BYTES = 4096
 P = ctypes.c_void_p
 
 
@@ -159,6 +165,7 @@ class Ring:
         self.arena = torch.empty(units * unit_bytes, dtype=torch.uint8, pin_memory=True)
         self.arena.view(torch.int32).random_(0, 1 << 30)
         self.slots = torch.empty(3, unit_bytes, dtype=torch.uint8, device=device)
+        self.scratch = torch.empty(units * unit_bytes, dtype=torch.uint8, device=device)  # `copies alone`
         self.copy_stream = torch.cuda.Stream(device)
         self.compute_stream = torch.cuda.current_stream(device)
         self.compute, self.copy = self.compute_stream.cuda_stream, self.copy_stream.cuda_stream
@@ -212,24 +219,38 @@ class Ring:
         for slot in range(slots):
             rt.wait(self.compute, self.copied[slot], 0)
 
-    def _copy(self, position: int, slot: int) -> None:
-        """Copy unit `position` into `slot` on the copy stream; record the slot's copy."""
+    def _copy(self, position: int, slot: int, nbytes: int | None = None) -> None:
+        """Copy unit `position` (its first `nbytes`) into `slot` on the copy stream;
+        record the slot's copy."""
         self.rt.memcpy(
             self.slots[slot].data_ptr(),
             self.arena.data_ptr() + position * self.unit_bytes,
-            self.unit_bytes,
+            self.unit_bytes if nbytes is None else nbytes,
             CUDA_MEMCPY_DEFAULT,
             self.copy,
         )
         self.rt.record(self.copied[slot], self.copy)
 
-    def calls(self) -> None:
+    def calls(self, nbytes: int | None = None) -> None:
         def issue(position: int) -> None:
             slot = position % 2
             self.rt.wait(self.copy, self.released[slot], 0)
-            self._copy(position, slot)
+            self._copy(position, slot, nbytes)
 
         self._calls(issue)
+
+    def calls_tiny_copies(self) -> None:
+        """The five calls per unit, each copy of 4 KiB: the calls without the link's traffic."""
+        self.calls(TINY_COPY_BYTES)
+
+    def copies_alone(self) -> None:
+        """The resident kernels while the copy stream moves the same bytes in one copy, with
+        no ordering between the streams: what the link's traffic alone costs the host."""
+        error = self.rt.memcpy(
+            self.scratch.data_ptr(), self.arena.data_ptr(), self.arena.numel(), CUDA_MEMCPY_DEFAULT, self.copy
+        )
+        check(self.rt, error, "cudaMemcpyAsync")
+        self.resident()
 
     def _wait_unless_done(self, stream: int, event: int) -> None:
         """Make `stream` wait for `event` unless its work is done already."""
@@ -406,6 +427,8 @@ def main() -> None:
         "query first": ring.calls_query_first,
         "copy graph": ring.copy_graphs,
         "release every 2": ring.release_every_2,
+        "calls, 4 KiB copies": ring.calls_tiny_copies,
+        "copies alone": ring.copies_alone,
     }
     ring_slots = {"calls": 2, "query first": 2, "copy graph": 2, "release every 2": 3}
     memops = "skipped (--no-memops)"
@@ -452,7 +475,7 @@ def main() -> None:
             times[name]["total_ms"].append((time.perf_counter() - start) * 1e3)
     result["median_ms"] = {n: {k: statistics.median(v) for k, v in t.items()} for n, t in times.items()}
     result["extra_host_us_per_unit"] = {}
-    for name in ring_slots:
+    for name in [*ring_slots, "calls, 4 KiB copies", "copies alone"]:
         diffs = sorted((b - a) * 1e3 / args.units for a, b in zip(times["resident"]["host_ms"], times[name]["host_ms"]))
         q1, median, q3 = statistics.quantiles(diffs, n=4)
         result["extra_host_us_per_unit"][name] = {"median": median, "q1": q1, "q3": q3}
