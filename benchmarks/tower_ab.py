@@ -23,6 +23,14 @@ hook's Python and parameter swaps (no-cuda-calls - resident), the events and wai
 (no-memcpy - no-cuda-calls) and the copies (current - no-memcpy: the copy's issue, and
 whatever the link's traffic costs the host).
 
+`--configs 3,2:0.05` adds the current streamer under other settings, a tower each: a
+lookahead, and after a colon GiB of the tower's first units kept resident
+(`--offload-towers-resident-gb`). For these and `current`, each round's total (to the
+device's end) over max(resident's total, the H2D floor: one bulk pinned copy of the whole
+tower) is reported, the issue's ratio, its median over rounds: what a deeper ring or a
+resident prefix does to encodes whose compute, copies and host take about as long, with
+the host's drift falling on every side alike.
+
 `--hooks` adds three resident towers that do part of what the streamer does to the tower's
 modules and nothing else: `hooked` wraps each unit's forward as the streamer does, with
 entry and exit calls that do nothing; `swapped` also puts parameters made the way the
@@ -94,10 +102,15 @@ def load_module(path: Path, name: str) -> ModuleType:
     return module
 
 
-def stream_with(streaming: ModuleType, tower: torch.nn.Module, lookahead: int, slot_mb: int = 0) -> Any:
+def stream_with(
+    streaming: ModuleType, tower: torch.nn.Module, lookahead: int, slot_mb: int = 0, resident_gb: float = 0.0
+) -> Any:
     """Wrap `tower` with `streaming`'s `TowerStreamer`, as `PrefetchOffloader.wrap_tower`
-    and `post_init` do (`slot_mb`: `--offload-towers-slot-mb`, where not 0)."""
-    options = {"slot_bytes": slot_mb << 20} if slot_mb else {}
+    and `post_init` do (`slot_mb`: `--offload-towers-slot-mb`, `resident_gb`:
+    `--offload-towers-resident-gb`, each where not 0)."""
+    options: dict[str, int] = {"slot_bytes": slot_mb << 20} if slot_mb else {}
+    if resident_gb:
+        options["resident_bytes"] = int(resident_gb * (1 << 30))
     streamer = streaming.TowerStreamer(lookahead=lookahead, **options)
     streamer.wrap(tower, "visual")
     streamer.post_init()
@@ -172,6 +185,22 @@ def _wrap_forward(unit: Any, slots: list[list[torch.nn.Parameter]]) -> None:
     module.forward = forward
 
 
+def parse_configs(text: str) -> dict[str, tuple[int, float]]:
+    """`--configs`: side name -> (lookahead, resident GiB), e.g. "3,2:0.05" ->
+    {"L3": (3, 0.0), "L2+0.05GiB": (2, 0.05)}."""
+    configs = {}
+    for item in filter(None, text.split(",")):
+        lookahead, _, gb = item.partition(":")
+        config = (int(lookahead), float(gb or 0))
+        configs[f"L{config[0]}" + (f"+{gb}GiB" if config[1] else "")] = config
+    return configs
+
+
+def ratio_over_rounds(side: list[float], resident: list[float], floor_ms: float) -> float:
+    """The median over rounds of side / max(resident, floor): issue 11's ratio, paired."""
+    return statistics.median(s / max(r, floor_ms) for s, r in zip(side, resident))
+
+
 def rotated(names: tuple[str, ...], round_: int) -> list[str]:
     """`names` starting at a different one each round, so none always runs first."""
     k = round_ % len(names)
@@ -229,20 +258,40 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="the same for the base's streamer (a base from before --offload-towers-slot-mb takes only 0)",
     )
+    parser.add_argument(
+        "--compute-stream",
+        choices=tp.COMPUTE_STREAMS,
+        default="default",
+        help="where the encodes run: the legacy default stream, or vLLM's own stream as its engine",
+    )
+    parser.add_argument(
+        "--configs",
+        default="",
+        help="comma-separated LOOKAHEAD[:RESIDENT_GB]: the current streamer so set, a side each (e.g. 3,2:0.05)",
+    )
     args = parser.parse_args(argv)
-    if args.base is None and not args.strip:
-        parser.error("nothing to compare: --base FILE, --strip, or both")
-    setup = tp.make_setup("tower_ab.py", args.smoke, eb.Repeats(2, 0.0, 1, 1), copy_iters=2)
+    try:
+        configs = parse_configs(args.configs)
+    except ValueError:
+        parser.error(f"--configs: LOOKAHEAD[:RESIDENT_GB],... (got {args.configs!r})")
+    if args.base is None and not args.strip and not configs:
+        parser.error("nothing to compare: --base FILE, --strip, --configs, or some of them")
+    setup = tp.make_setup(
+        "tower_ab.py", args.smoke, eb.Repeats(2, 0.0, 1, 1), copy_iters=2, compute_stream=args.compute_stream
+    )
     rounds = args.rounds if args.rounds is not None else 3 if args.smoke else 60
     case = tp.case_named(args.case)
     with tp.tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         from vllm.model_executor.offloader import tower_streaming as current
+
+        tp.use_compute_stream(setup)
 
         versions = {"current": current}
         if args.base is not None:
             versions["base"] = load_module(args.base, "tower_streaming_base")
         if args.strip:
             versions.update(dict.fromkeys(STRIPPED, current))
+        versions.update(dict.fromkeys(configs, current))
         hook_sides = ("hooked", "swapped", "swapped-once", "swapped-plain") if args.hooks else ()
         sides = ("resident", *hook_sides, *versions)
         inputs = tp.Inputs.for_tower(setup, args.tower)
@@ -251,13 +300,21 @@ def main(argv: list[str] | None = None) -> None:
         slot_mb = tp.slot_mb(towers["current"], args.slot_blocks)
         base_slot_mb = tp.slot_mb(towers["current"], args.base_slot_blocks)
         streamers = {
-            side: stream_with(module, towers[side], args.lookahead, base_slot_mb if side == "base" else slot_mb)
+            side: stream_with(
+                module,
+                towers[side],
+                configs.get(side, (args.lookahead, 0.0))[0],
+                base_slot_mb if side == "base" else slot_mb,
+                configs.get(side, (0, 0.0))[1],
+            )
             for side, module in versions.items()
         }
+        floor = tp.h2d_floor(streamers["current"].towers[0], setup) if configs else None
         for side, calls in STRIPPED.items():
             if side in streamers:
                 strip(streamers[side], calls)
         units = {side: len(s.towers[0].units) for side, s in streamers.items()} | hooked
+        kept = {side: getattr(s, "kept_resident", {}).get("visual", 0) for side, s in streamers.items()}
         runs = {side: tp.encoder(towers[side], case, setup, inputs) for side in sides}
         reference = runs["resident"]()
         bit_identical = {side: tp.identical(runs[side](), reference) for side in (*hook_sides, *versions)}
@@ -275,6 +332,8 @@ def main(argv: list[str] | None = None) -> None:
         "slot_mb": slot_mb,
         "base_slot_mb": None if args.base is None else base_slot_mb,
         "ring_bytes": ring_bytes,
+        "configs": configs,
+        "kept_resident_bytes": kept,
         "rounds": rounds,
         "units": units,
         # The stripped copies compute on slots no copy wrote: not bit-identical on a GPU.
@@ -299,6 +358,17 @@ def main(argv: list[str] | None = None) -> None:
         )
         summary += (
             f"; current - base {delta['median']:+.1f} us per unit (quartiles {delta['q1']:+.1f} / {delta['q3']:+.1f})"
+        )
+    if configs:
+        assert floor is not None
+        floor_ms = floor["bulk_pinned"]["median_ms"]
+        total = {side: t["total_ms"] for side, t in times.items()}
+        ratios = report["total_over_max_resident_floor"] = {
+            side: ratio_over_rounds(total[side], total["resident"], floor_ms) for side in ("current", *configs)
+        }
+        report["h2d_floor"] = floor
+        summary += f"; floor {floor_ms:.2f} ms; total / max(resident, floor): " + ", ".join(
+            f"{'L' + str(args.lookahead) if side == 'current' else side} {r:.3f}" for side, r in ratios.items()
         )
     if args.strip:
         parts = report["extra_host_us_per_unit_by_part"] = {

@@ -180,6 +180,7 @@ class Setup:
     resident_gb: float = 0.0  # --offload-towers-resident-gb
     vit_attention: str = "TORCH_SDPA"  # --mm-encoder-attn-backend, one of VIT_ATTENTION
     slot_blocks: int = 0  # --offload-towers-slot-mb: this many blocks per ring slot (0: the default)
+    compute_stream: str = "default"  # one of COMPUTE_STREAMS: where the encodes' kernels go
 
     def vision(self, tower: str) -> dict[str, Any]:
         if self.smoke:
@@ -191,6 +192,24 @@ class Setup:
 
     def tokens(self, case: Case) -> int:
         return case.tokens(tiny_grid if self.smoke else None)
+
+
+# Where the encodes run: `default`, the legacy default stream (a plain script's); `vllm`, the
+# stream of its own that vLLM's engine computes on (`vllm.utils.torch_utils.current_stream()`
+# makes it, ordered after the default stream's work, and tracks it; the streamer reads that).
+COMPUTE_STREAMS = ("default", "vllm")
+
+
+def use_compute_stream(setup: Setup) -> int:
+    """Make `setup.compute_stream` current for what follows; return its handle (0: the legacy
+    default stream)."""
+    if setup.device.type != "cuda":
+        return 0
+    if setup.compute_stream == "vllm":
+        from vllm.utils.torch_utils import current_stream
+
+        return current_stream().cuda_stream
+    return torch.cuda.current_stream().cuda_stream
 
 
 def build_tower(setup: Setup, tower: str, seed: int | None = 0) -> torch.nn.Module:
@@ -743,6 +762,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="--offload-towers-slot-mb: ring slots of this many of the tower's blocks (0: the largest unit)",
     )
     parser.add_argument(
+        "--compute-stream",
+        choices=COMPUTE_STREAMS,
+        default="default",
+        help="where the encodes run: the legacy default stream, or vLLM's own stream as its engine",
+    )
+    parser.add_argument(
         "--resident-gb",
         type=float,
         default=0.0,
@@ -776,6 +801,7 @@ def make_setup(
     resident_gb: float = 0.0,
     vit_attention: str = "TORCH_SDPA",
     slot_blocks: int = 0,
+    compute_stream: str = "default",
 ) -> Setup:
     """The run's device and dtype: the GPU in bf16 with `repeats`, or, for `smoke`, the
     patched tree on the CPU (as tests/patches imports it) in fp32, once each. Exits with a
@@ -801,6 +827,7 @@ def make_setup(
         resident_gb=resident_gb,
         vit_attention=vit_attention,
         slot_blocks=slot_blocks,
+        compute_stream=compute_stream,
     )
 
 
@@ -818,6 +845,7 @@ def main(argv: list[str] | None = None) -> None:
         resident_gb=args.resident_gb,
         vit_attention=args.vit_attention,
         slot_blocks=args.slot_blocks,
+        compute_stream=args.compute_stream,
     )
     with tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         run(args, setup)
@@ -826,6 +854,7 @@ def main(argv: list[str] | None = None) -> None:
 def run(args: argparse.Namespace, setup: Setup) -> None:
     budget = Budget(args.budget_s)
     towers, lookaheads, profile = args.tower_list, args.lookahead_list, args.profile_at
+    stream_handle = use_compute_stream(setup)
     report: dict[str, Any] = {
         "command": shlex.join(["python3", *sys.argv]),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -840,6 +869,8 @@ def run(args: argparse.Namespace, setup: Setup) -> None:
             "resident_gb": setup.resident_gb,
             "slot_blocks": setup.slot_blocks,
             "vit_attention": setup.vit_attention,
+            "compute_stream": setup.compute_stream,
+            "compute_stream_handle": stream_handle,
         },
         "cases": [
             {
@@ -914,6 +945,7 @@ def reanalyze(saved: Path, out_dir: Path) -> str:
         resident_gb=settings.get("resident_gb", 0.0),
         vit_attention=settings.get("vit_attention", "TORCH_SDPA"),
         slot_blocks=settings.get("slot_blocks", 0),
+        compute_stream=settings.get("compute_stream", "default"),
     )
     report["reanalyzed"] = shlex.join(["python3", *sys.argv])
     return _write(report, setup, out_dir)
@@ -954,7 +986,12 @@ def render_markdown(report: dict[str, Any]) -> str:
             if m.get("vllm_gpu_standins")
             else ""
         )
-        + f" ViT attention: {report['settings'].get('vit_attention', 'TORCH_SDPA')}.",
+        + f" ViT attention: {report['settings'].get('vit_attention', 'TORCH_SDPA')}."
+        + (
+            " Compute stream: vLLM's own (`current_stream()`, as its engine)."
+            if report["settings"].get("compute_stream") == "vllm"
+            else " Compute stream: the legacy default stream."
+        ),
         "",
         "Towers: Qwen3-VL `Qwen3_VisionTransformer` as vLLM builds it, random "
         f"{report['dtype'].replace('torch.', '')} weights; streamed through `PrefetchOffloader("

@@ -39,6 +39,10 @@ compute stream that read its slot, one encode per way per round, rotated:
   ordering made only through these operations is invisible to the scheduler: a probe, not
   a design (`--no-memops` leaves it out).
 
+Each way runs its compute on the legacy default stream (`--compute-streams default`, a plain
+script's) or on a stream of its own (`side`, as vLLM's engine computes: its
+`current_stream()` makes one); `default,side` times both in the same rounds, a ring each.
+
 Per way: the host's time per encode (issue only) and in total (to the device's end), the
 extra host time per unit over `resident` (median of the per-round differences, quartiles),
 and whether the last encode's slots hold the arena's bytes. Two checks of a copy graph's
@@ -409,6 +413,35 @@ def graph_in_capture(ring: Ring) -> str:
         return f"refused: {str(error).splitlines()[0]}"
 
 
+def compute_stream(kind: str, device: torch.device) -> torch.cuda.Stream:
+    """The stream a way's compute runs on: `default`, the legacy default stream (a plain
+    script's, and the benchmarks' before 2026-12-04), or `side`, a stream of its own, as
+    vLLM's engine computes (`vllm.utils.torch_utils.current_stream()` makes one)."""
+    if kind == "default":
+        return torch.cuda.default_stream(device)
+    return torch.cuda.Stream(device)
+
+
+def time_ways(rings: dict[str, Ring], ways: dict[str, dict[str, Callable[[], None]]], rounds: int) -> dict[str, Any]:
+    """Each (compute stream, way) once per round, rotated, each on its ring's compute stream:
+    the host's time of the issue and in total, per stream and way."""
+    keys = [(kind, name) for kind in rings for name in ways[kind]]
+    times = {key: {"host_ms": [], "total_ms": []} for key in keys}
+    for round_ in range(rounds):
+        k = round_ % len(keys)
+        for kind, name in keys[k:] + keys[:k]:
+            run = ways[kind][name]
+            with torch.cuda.stream(rings[kind].compute_stream):
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                run()
+                issued = time.perf_counter()
+                torch.cuda.synchronize()
+            times[kind, name]["host_ms"].append((issued - start) * 1e3)
+            times[kind, name]["total_ms"].append((time.perf_counter() - start) * 1e3)
+    return {kind: {name: times[kind, name] for name in ways[kind]} for kind in rings}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -417,88 +450,106 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=24, help="kernels per unit (a block's host time, roughly)")
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--no-memops", action="store_true", help="leave out the stream memory operations' way")
+    parser.add_argument(
+        "--compute-streams",
+        default="default",
+        help="comma-separated, each a ring of its own timed in the same rounds: default (the legacy "
+        "default stream) and/or side (a stream of its own, as vLLM's engine computes)",
+    )
     args = parser.parse_args()
+    kinds = [k for k in args.compute_streams.split(",") if k]
+    if not kinds or not set(kinds) <= {"default", "side"}:
+        parser.error("--compute-streams: default, side or default,side")
     device = torch.device("cuda", 0)
     rt = cudart()
-    ring = Ring(rt, args.units, args.unit_mib * MiB, args.ops, device)
-    ways: dict[str, Callable[[], None]] = {
-        "resident": ring.resident,
-        "calls": ring.calls,
-        "query first": ring.calls_query_first,
-        "copy graph": ring.copy_graphs,
-        "release every 2": ring.release_every_2,
-        "calls, 4 KiB copies": ring.calls_tiny_copies,
-        "copies alone": ring.copies_alone,
-    }
-    ring_slots = {"calls": 2, "query first": 2, "copy graph": 2, "release every 2": 3}
-    memops = "skipped (--no-memops)"
-    if not args.no_memops:
-        try:
-            ring.capture_memops_program(driver_memops())
-            memops = "ok"
-            ways["memops program"] = ring.memops_program
-            ring_slots["memops program"] = 2
-        except (RuntimeError, OSError, AttributeError) as error:  # not capturable, no libcuda
-            memops = f"refused: {str(error).splitlines()[0]}"
-            torch.cuda.synchronize()
-    print("memops program:", memops, flush=True)
+    rings: dict[str, Ring] = {}
+    for kind in kinds:
+        with torch.cuda.stream(compute_stream(kind, device)):
+            rings[kind] = Ring(rt, args.units, args.unit_mib * MiB, args.ops, device)
+    ring = rings[kinds[0]]
     result: dict[str, Any] = {
-        "memops_program": memops,
         "command": " ".join(["python3", *sys.argv]),
         "device": torch.cuda.get_device_name(device),
         "units": args.units,
         "unit_mib": args.unit_mib,
         "ops_per_unit": args.ops,
         "rounds": args.rounds,
+        "compute_streams": {kind: r.compute for kind, r in rings.items()},  # 0: the legacy default
     }
-    result["wait_node_waits_for_the_release"] = wait_node_waits(ring)
-    result["not_ready_query"] = not_ready_is_a_last_error(ring)
-    for run in ways.values():
-        for _ in range(3):
-            run()
+    with torch.cuda.stream(ring.compute_stream):
+        result["wait_node_waits_for_the_release"] = wait_node_waits(ring)
+        result["not_ready_query"] = not_ready_is_a_last_error(ring)
+    ways: dict[str, dict[str, Callable[[], None]]] = {}
+    memops = "skipped (--no-memops)"
+    for kind, r in rings.items():
+        ways[kind] = {
+            "resident": r.resident,
+            "calls": r.calls,
+            "query first": r.calls_query_first,
+            "copy graph": r.copy_graphs,
+            "release every 2": r.release_every_2,
+            "calls, 4 KiB copies": r.calls_tiny_copies,
+            "copies alone": r.copies_alone,
+        }
+        if not args.no_memops:
+            try:
+                with torch.cuda.stream(r.compute_stream):
+                    r.capture_memops_program(driver_memops())
+                memops = "ok"
+                ways[kind]["memops program"] = r.memops_program
+            except (RuntimeError, OSError, AttributeError) as error:  # not capturable, no libcuda
+                memops = f"refused: {str(error).splitlines()[0]}"
+                torch.cuda.synchronize()
+    print("memops program:", memops, flush=True)
+    result["memops_program"] = memops
+    ring_slots = {"calls": 2, "query first": 2, "copy graph": 2, "release every 2": 3, "memops program": 2}
     result["bytes_equal"] = {}
-    for name, run in ways.items():
-        if name in ring_slots:
-            run()
-            result["bytes_equal"][name] = ring.last_slots_hold_the_arena(ring_slots[name])
-    times: dict[str, dict[str, list[float]]] = {name: {"host_ms": [], "total_ms": []} for name in ways}
-    names = list(ways)
-    for round_ in range(args.rounds):
-        k = round_ % len(names)
-        for name in names[k:] + names[:k]:
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            ways[name]()
-            issued = time.perf_counter()
-            torch.cuda.synchronize()
-            times[name]["host_ms"].append((issued - start) * 1e3)
-            times[name]["total_ms"].append((time.perf_counter() - start) * 1e3)
-    result["median_ms"] = {n: {k: statistics.median(v) for k, v in t.items()} for n, t in times.items()}
-    result["extra_host_us_per_unit"] = {}
-    for name in [*ring_slots, "calls, 4 KiB copies", "copies alone"]:
-        diffs = sorted((b - a) * 1e3 / args.units for a, b in zip(times["resident"]["host_ms"], times[name]["host_ms"]))
-        q1, median, q3 = statistics.quantiles(diffs, n=4)
-        result["extra_host_us_per_unit"][name] = {"median": median, "q1": q1, "q3": q3}
+    for kind, r in rings.items():
+        with torch.cuda.stream(r.compute_stream):
+            for run in ways[kind].values():
+                for _ in range(3):
+                    run()
+            equal = result["bytes_equal"][kind] = {}
+            for name, run in ways[kind].items():
+                if name in ring_slots:
+                    run()
+                    equal[name] = r.last_slots_hold_the_arena(ring_slots[name])
+    times = time_ways(rings, ways, args.rounds)
     result["times_ms"] = times
-    result["query_first_waits_skipped"] = ring.skipped / max(1, ring.queries)
+    result["median_ms"] = {
+        kind: {n: {k: statistics.median(v) for k, v in t.items()} for n, t in by_way.items()}
+        for kind, by_way in times.items()
+    }
+    result["extra_host_us_per_unit"] = {}
+    for kind, by_way in times.items():
+        extra = result["extra_host_us_per_unit"][kind] = {}
+        for name in by_way:
+            if name == "resident":
+                continue
+            diffs = sorted(
+                (b - a) * 1e3 / args.units for a, b in zip(by_way["resident"]["host_ms"], by_way[name]["host_ms"])
+            )
+            q1, median, q3 = statistics.quantiles(diffs, n=4)
+            extra[name] = {"median": median, "q1": q1, "q3": q3}
+    result["query_first_waits_skipped"] = {kind: r.skipped / max(1, r.queries) for kind, r in rings.items()}
     # Last: a refused capture may leave the streams unusable for the timings.
-    result["copy_graph_in_a_capture"] = graph_in_capture(ring)
+    with torch.cuda.stream(ring.compute_stream):
+        result["copy_graph_in_a_capture"] = graph_in_capture(ring)
     print("wait node:", result["wait_node_waits_for_the_release"], "/ in a capture:", result["copy_graph_in_a_capture"])
     write_atomic(args.out, json.dumps(result, indent=1) + "\n")
-    print(
-        "host ms "
-        + " / ".join(f"{n} {m['host_ms']:.2f}" for n, m in result["median_ms"].items())
-        + "; total ms "
-        + " / ".join(f"{n} {m['total_ms']:.2f}" for n, m in result["median_ms"].items())
-        + "; over resident per unit: "
-        + ", ".join(
-            f"{n} {v['median']:.1f} us ({v['q1']:.1f} / {v['q3']:.1f})"
-            for n, v in result["extra_host_us_per_unit"].items()
+    for kind in rings:
+        medians, extra = result["median_ms"][kind], result["extra_host_us_per_unit"][kind]
+        print(
+            f"[{kind} stream, {args.ops} kernels a unit] host ms "
+            + " / ".join(f"{n} {m['host_ms']:.2f}" for n, m in medians.items())
+            + "; total ms "
+            + " / ".join(f"{n} {m['total_ms']:.2f}" for n, m in medians.items())
+            + "; over resident per unit: "
+            + ", ".join(f"{n} {v['median']:.1f} us ({v['q1']:.1f} / {v['q3']:.1f})" for n, v in extra.items())
+            + f"; bytes equal: {result['bytes_equal'][kind]}"
+            + f"; query first skipped {result['query_first_waits_skipped'][kind]:.0%} of its waits"
         )
-        + f"; bytes equal: {result['bytes_equal']}"
-        + f"; query first skipped {result['query_first_waits_skipped']:.0%} of its waits"
-        + f"; a not-ready query: {result['not_ready_query']}"
-    )
+    print(f"a not-ready query: {result['not_ready_query']}")
 
 
 if __name__ == "__main__":

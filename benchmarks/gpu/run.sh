@@ -30,6 +30,12 @@
 #   bash benchmarks/gpu/run.sh resident  # tower_pipeline.py at lookahead 1 (RESIDENT_ARGS), once with the whole tower streamed
 #                                        # and once per budget of RESIDENT_GB (default "0.0625 0.125") of leading units kept
 #                                        # resident (--offload-towers-resident-gb); ~80 s each
+#   bash benchmarks/gpu/run.sh streams   # the legacy default stream against vLLM's own compute stream: unit_issue_probe.py
+#                                        # with both in the same rounds (24 and 12 kernels a unit), then the eager matrix at
+#                                        # lookahead 2 on each (STREAMS_BUDGET_S per run, default 130; ~6 min in all)
+#   bash benchmarks/gpu/run.sh depth     # tower_ab.py --configs: lookahead 2 against 3 and against 2 with DEPTH_RESIDENT_GB
+#                                        # (default 0.05) of the first units resident, in one process per case of
+#                                        # DEPTH_CASES (the balanced ones and two small ones); AB_ROUNDS (default 60)
 #   bash benchmarks/gpu/run.sh decompose # tower_ab.py --strip --hooks: a streamed encode's extra host time split into
 #                                        # the wrapper, the forward on swapped parameters, the streamer's bookkeeping,
 #                                        # the events and waits, the copies (AB_CASES, AB_ROUNDS)
@@ -38,7 +44,7 @@
 # resident-budget rows and PIPELINE_HOST_TIME=0 the host-time benchmark before it, so that a
 # chained call fits in the 600 s a command may take.
 set -uo pipefail
-stages="proof intree qwen3 encgraphs hosttime probe issue contention ab decompose graph pipeline slots resident matrix encodeab serve bench multi"
+stages="proof intree qwen3 encgraphs hosttime probe issue streams depth contention ab decompose graph pipeline slots resident matrix encodeab serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -100,6 +106,16 @@ issue)
     in_repo "timeout 120 python3 benchmarks/unit_issue_probe.py --ops $ops ${ISSUE_ARGS:-} --out $OUT/unit_issue_ops$ops.json" 2>&1 | tee -a "$OUT/unit-issue-probe.log" | tail -3
   done
   ;;
+streams)
+  # vLLM's engine computes on a stream of its own (vllm.utils.torch_utils.current_stream()); a plain
+  # script, and every benchmark before 2026-12-04, on the legacy default stream.
+  for ops in 24 12; do
+    in_repo "timeout 150 python3 benchmarks/unit_issue_probe.py --ops $ops --rounds 40 --compute-streams default,side --out $OUT/unit_issue_streams_ops$ops.json" 2>&1 | tee -a "$OUT/unit-issue-streams.log" | tail -4
+  done
+  for stream in vllm default; do
+    in_repo "timeout $((${STREAMS_BUDGET_S:-130} + 60)) python3 benchmarks/tower_pipeline.py --lookaheads 2 --profile none --compute-stream $stream --budget-s ${STREAMS_BUDGET_S:-130} --out-dir $OUT/pipeline-$stream" 2>&1 | tee "$OUT/pipeline-$stream.log" | tail -12
+  done
+  ;;
 graph)
   in_repo "timeout ${GRAPH_TIMEOUT_S:-500} python3 benchmarks/tower_graph.py ${GRAPH_ARGS:-} --out-dir $OUT/tower_graph" 2>&1 | tee "$OUT/tower-graph.log" | tail -25
   ;;
@@ -112,6 +128,13 @@ ab)
   # processes (2x on the lent host) falls on all three alike. Other files the base changed are not
   # overlaid: the base's streamer runs against the current tree.
   ab_cases ab --base $base
+  ;;
+depth)
+  # Encodes whose compute, copies and host take about as long lose to the ring's depth: one slot
+  # more, or the first units resident (the first copy not waited for, fewer bytes), each beside
+  # the default in one process, by the issue's ratio.
+  AB_CASES=${DEPTH_CASES:-2B:image-1024 2B:batch-3 8B:image-1024 8B:batch-3 2B:changing-shapes 2B:image-64 8B:video-2} \
+    ab_cases depth --configs "3,2:${DEPTH_RESIDENT_GB:-0.05}"
   ;;
 decompose)
   # The current streamer beside copies of itself that skip its copies, then its events and waits

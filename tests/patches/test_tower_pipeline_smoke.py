@@ -300,6 +300,30 @@ def test_ab_benchmark_compares_two_streamers_in_one_process(vllm_tree: Path, tmp
     assert set(report["ring_bytes"].values()) == {3 << 20}
 
 
+def test_ab_benchmark_compares_ring_settings_by_the_issue_ratio(vllm_tree: Path, tmp_path: Path) -> None:
+    """benchmarks/tower_ab.py --configs: the current streamer at a deeper lookahead and with a
+    resident prefix, a tower each beside lookahead 2, every one bit-identical, each with its
+    ring and kept bytes, and the issue's ratio per side against the floor measured once."""
+    out = tmp_path / "configs.json"
+    run_on_cpu(
+        REPO / "benchmarks" / "tower_ab.py",
+        vllm_tree,
+        *("--configs", "3,2:0.0001", "--case", "batch-3", "--out", str(out)),
+    )
+    report = json.loads(out.read_text())
+    assert report["configs"] == {"L3": [3, 0.0], "L2+0.0001GiB": [2, 0.0001]}
+    assert report["bit_identical"] == {"current": True, "L3": True, "L2+0.0001GiB": True}
+    ratios = report["total_over_max_resident_floor"]
+    assert list(ratios) == ["current", "L3", "L2+0.0001GiB"] and all(r > 0 for r in ratios.values())
+    assert report["h2d_floor"]["bulk_pinned"]["median_ms"] > 0
+    # One slot more at lookahead 3; the prefix's units stay on the device and out of the ring.
+    ring = report["ring_bytes"]
+    assert ring["L3"] * 3 == ring["current"] * 4
+    kept = report["kept_resident_bytes"]
+    assert kept["L2+0.0001GiB"] > kept["current"] == kept["L3"]
+    assert report["units"]["L2+0.0001GiB"] < report["units"]["current"] == report["units"]["L3"]
+
+
 def test_encode_ab_benchmark_copies_no_more_bytes_as_model_encodes_bit_identically(
     vllm_tree: Path, tmp_path: Path
 ) -> None:
