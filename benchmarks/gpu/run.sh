@@ -18,8 +18,9 @@
 #   bash benchmarks/gpu/run.sh graph     # tower_graph.py: every case of the matrix, resident vs streamed, CUDA graphs (GRAPH_ARGS,
 #                                        # GRAPH_TIMEOUT_S, default 500: the whole matrix takes ~410 s)
 #   bash benchmarks/gpu/run.sh probe     # copy_issue_probe.py: the host time of one copy issue, four ways (40 s)
-#   bash benchmarks/gpu/run.sh issue     # unit_issue_probe.py: a unit's CUDA calls as now, as one copy graph launch, with
-#                                        # slots released every second unit; host time per unit (ISSUE_OPS, ISSUE_ARGS)
+#   bash benchmarks/gpu/run.sh issue     # unit_issue_probe.py: a unit's CUDA calls as now and in fewer calls (query first,
+#                                        # a copy graph, release every 2, memops program), split (4 KiB copies, copies
+#                                        # alone); host time per unit (ISSUE_OPS, ISSUE_ARGS)
 #   bash benchmarks/gpu/run.sh contention # host_contention_probe.py: a resident encode's host time beside a busy link,
 #                                        # a busy copy engine, a stream wait per block (30 s)
 #   bash benchmarks/gpu/run.sh ab        # tower_ab.py: the AB_BASE streamer (stage.sh) and the current one in one
@@ -100,8 +101,9 @@ probe)
   ;;
 issue)
   # The streamer's per-unit CUDA calls against fewer (waits only where an event query finds the
-  # work not done, a copy graph per unit, slots released every second unit) in an encode-shaped
-  # loop; a block's host time as 24 and as 12 kernels.
+  # work not done, a copy graph per unit, slots released every second unit, the copy program on
+  # stream memory operations) and split (the calls with 4 KiB copies, the copies alone) in an
+  # encode-shaped loop; a block's host time as 24 and as 12 kernels.
   for ops in ${ISSUE_OPS:-24 12}; do
     in_repo "timeout 120 python3 benchmarks/unit_issue_probe.py --ops $ops ${ISSUE_ARGS:-} --out $OUT/unit_issue_ops$ops.json" 2>&1 | tee -a "$OUT/unit-issue-probe.log" | tail -3
   done
