@@ -67,7 +67,7 @@ def run_smoke(tree: Path, out: Path, *options: str) -> tuple[dict, str]:
 
 
 def test_every_case_of_the_matrix_runs_bit_identically(smoke_run):
-    report, _ = smoke_run
+    report, markdown = smoke_run
     names = [c["name"] for c in report["cases"]]
     kinds = {c["kind"] for c in report["cases"]}
     single = sorted(c["name"] for c in report["cases"] if c["kind"] == "image")
@@ -124,6 +124,14 @@ def test_every_case_of_the_matrix_runs_bit_identically(smoke_run):
     }
     assert all(r["resident_ms"] == paired[(r["tower"], r["case"], r["lookahead"])] for r in rows)
     assert report["targets"]["bit_identical"] == len(rows)
+    # Rows whose rounds ran at the resident phase's host speed, each against its own phase.
+    alone = {
+        (t, name): c["ms_per_encode"] for t, tower in report["towers"].items() for name, c in tower["resident"].items()
+    }
+    assert all(r["resident_alone_ms"] == alone[r["tower"], r["case"]] for r in rows)
+    steady = sum(abs(r["resident_ms"] / r["resident_alone_ms"] - 1) <= 0.10 for r in rows)
+    assert report["targets"]["host_steady"] == steady
+    assert f"- the host at one speed: {steady} of {len(rows)} rows'" in markdown
 
 
 def test_a_saved_run_is_taken_again_from_its_timings_alone(smoke_run, tmp_path: Path):
