@@ -34,9 +34,9 @@
 #   bash benchmarks/gpu/run.sh streams   # the legacy default stream against vLLM's own compute stream: unit_issue_probe.py
 #                                        # with both in the same rounds (24 and 12 kernels a unit), then the eager matrix at
 #                                        # lookahead 2 on each (STREAMS_BUDGET_S per run, default 130; ~6 min in all)
-#   bash benchmarks/gpu/run.sh depth     # tower_ab.py --configs: lookahead 2 against 3 and against 2 with DEPTH_RESIDENT_GB
-#                                        # (default 0.05) of the first units resident, in one process per case of
-#                                        # DEPTH_CASES (the balanced ones and two small ones); AB_ROUNDS (default 60)
+#   bash benchmarks/gpu/run.sh depth     # tower_ab.py --configs: lookahead 2 against DEPTH_CONFIGS (default 3,2:0.05:
+#                                        # lookahead 3; 2 with 0.05 GiB of the first units resident), in one process per
+#                                        # case of DEPTH_CASES (the balanced ones and two small ones); AB_ROUNDS (default 60)
 #   bash benchmarks/gpu/run.sh decompose # tower_ab.py --strip --hooks: a streamed encode's extra host time split into
 #                                        # the wrapper, the forward on swapped parameters, the streamer's bookkeeping,
 #                                        # the events and waits, the copies (AB_CASES, AB_ROUNDS)
@@ -136,7 +136,7 @@ depth)
   # more, or the first units resident (the first copy not waited for, fewer bytes), each beside
   # the default in one process, by the issue's ratio.
   AB_CASES=${DEPTH_CASES:-2B:image-1024 2B:batch-3 8B:image-1024 8B:batch-3 2B:changing-shapes 2B:image-64 8B:video-2} \
-    ab_cases depth --configs "3,2:${DEPTH_RESIDENT_GB:-0.05}"
+    ab_cases depth --configs "${DEPTH_CONFIGS:-3,2:0.05}"
   ;;
 decompose)
   # The current streamer beside copies of itself that skip its copies, then its events and waits
