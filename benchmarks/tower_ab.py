@@ -27,8 +27,8 @@ whatever the link's traffic costs the host).
 lookahead, and after a colon GiB of the tower's first units kept resident
 (`--offload-towers-resident-gb`). For these and `current`, each round's total (to the
 device's end) over max(resident's total, the H2D floor: one bulk pinned copy of the whole
-tower per encode of the case) is reported, the issue's ratio (for a run of encodes at least
-it), its median over rounds: what a deeper ring or a
+tower) is reported, the issue's ratio, its median over rounds (for a run of encodes, which
+the issue takes encode by encode, streamed / resident): what a deeper ring or a
 resident prefix does to encodes whose compute, copies and host take about as long, with
 the host's drift falling on every side alike.
 
@@ -198,10 +198,7 @@ def parse_configs(text: str) -> dict[str, tuple[int, float]]:
 
 
 def ratio_over_rounds(side: list[float], resident: list[float], floor_ms: float) -> float:
-    """The median over rounds of side / max(resident, floor): issue 11's ratio, paired. For a
-    run of encodes `floor_ms` is the run's (each encode copies the tower): max(the run's
-    resident time, its floor) is at most the sum of each encode's max, so the ratio is then at
-    least the issue's (tower_pipeline.py takes each encode's max)."""
+    """The median over rounds of side / max(resident, floor): issue 11's ratio, paired."""
     return statistics.median(s / max(r, floor_ms) for s, r in zip(side, resident))
 
 
@@ -365,14 +362,21 @@ def main(argv: list[str] | None = None) -> None:
         )
     if configs:
         assert floor is not None
-        floor_ms = floor["bulk_pinned"]["median_ms"] * len(case.encodes)
+        # A run of encodes takes each encode's max(resident, floor) (tower_pipeline.py), which
+        # one total per round cannot: there only streamed / resident is given.
+        several = len(case.encodes) > 1
+        floor_ms = 0.0 if several else floor["bulk_pinned"]["median_ms"]
         total = {side: t["total_ms"] for side, t in times.items()}
-        ratios = report["total_over_max_resident_floor"] = {
+        name = "total_over_resident" if several else "total_over_max_resident_floor"
+        ratios = report[name] = {
             side: ratio_over_rounds(total[side], total["resident"], floor_ms) for side in ("current", *configs)
         }
         report["h2d_floor"] = floor
-        report["floor_ms_per_round"] = floor_ms
-        summary += f"; floor {floor_ms:.2f} ms a round; total / max(resident, floor): " + ", ".join(
+        summary += (
+            f"; {len(case.encodes)} encodes a round, total / resident: "
+            if several
+            else f"; floor {floor_ms:.2f} ms; total / max(resident, floor): "
+        ) + ", ".join(
             f"{'L' + str(args.lookahead) if side == 'current' else side} {r:.3f}" for side, r in ratios.items()
         )
     if args.strip:

@@ -332,6 +332,21 @@ def test_ab_benchmark_compares_ring_settings_by_the_issue_ratio(vllm_tree: Path,
     assert report["units"]["L2+0.0001GiB"] < report["units"]["current"] == report["units"]["L3"]
 
 
+def test_ab_benchmark_gives_a_run_of_encodes_streamed_over_resident(vllm_tree: Path, tmp_path: Path) -> None:
+    """tower_ab.py --configs on the run of changing shapes: one total per round cannot take
+    each encode's max(resident, floor), so only streamed / resident is reported for it."""
+    out = tmp_path / "run.json"
+    run_on_cpu(
+        REPO / "benchmarks" / "tower_ab.py",
+        vllm_tree,
+        *("--configs", "3", "--case", "changing-shapes", "--rounds", "2", "--out", str(out)),
+    )
+    report = json.loads(out.read_text())
+    assert "total_over_max_resident_floor" not in report
+    assert list(report["total_over_resident"]) == ["current", "L3"]
+    assert report["bit_identical"] == {"current": True, "L3": True}
+
+
 def test_encode_ab_benchmark_copies_no_more_bytes_as_model_encodes_bit_identically(
     vllm_tree: Path, tmp_path: Path
 ) -> None:
