@@ -300,16 +300,11 @@ def main(argv: list[str] | None = None) -> None:
         hooked = {side: hook_units(current, towers[side], side, setup.device) for side in hook_sides}
         slot_mb = tp.slot_mb(towers["current"], args.slot_blocks)
         base_slot_mb = tp.slot_mb(towers["current"], args.base_slot_blocks)
-        streamers = {
-            side: stream_with(
-                module,
-                towers[side],
-                configs.get(side, (args.lookahead, 0.0))[0],
-                base_slot_mb if side == "base" else slot_mb,
-                configs.get(side, (0, 0.0))[1],
-            )
-            for side, module in versions.items()
-        }
+        streamers = {}
+        for side, module in versions.items():
+            lookahead, resident_gb = configs.get(side, (args.lookahead, 0.0))
+            slot = base_slot_mb if side == "base" else slot_mb
+            streamers[side] = stream_with(module, towers[side], lookahead, slot, resident_gb)
         floor = tp.h2d_floor(streamers["current"].towers[0], setup) if configs else None
         for side, calls in STRIPPED.items():
             if side in streamers:
