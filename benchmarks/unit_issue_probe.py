@@ -29,6 +29,25 @@ compute stream that read its slot, one encode per way per round, rotated:
 - `copies alone`: the resident kernels while the copy stream moves all the units' bytes in
   one copy, with no ordering between the streams: what the link's traffic costs the host's
   launches without the streamer's calls (the two split `calls`);
+- `copy thread`: the compute stream's two calls per unit stay on the encode's thread; the
+  copy stream's three (the slot's wait, the copy, its record) go to a thread of their own,
+  handed each position through a queue (ctypes and torch's ops release the GIL, so its
+  calls run beside the encode's launches). Before its wait for a copy the encode checks
+  that the thread has issued it (`copy_thread_stalls`: how often it had not);
+- `C calls`: the streamer's five calls, the four at a unit's entry (the compute stream's
+  wait, the next copy's wait, copy and record) made by one call into C
+  (`benchmarks/unit_copies.c`, built here with `cc` or given as `--c-helper`): what a
+  compiled op making the same calls saves on ctypes and Python alone;
+- `C copy thread` / `C copy thread, spinning`: `copy thread` with the thread in C (no GIL):
+  the encode pushes each copy with one call and checks a counter before its wait; the
+  thread sleeps between copies (woken through a condition variable) or spins up to 1 ms
+  for the next one (a core busy through the encode); `..., 4 KiB copies`: the spinning
+  thread's copies of 4 KiB each (its calls and the streams' ordering without the link's
+  traffic);
+- `compute wait + record` / `compute wait` / `compute record`: no copies at all; per unit
+  the compute stream makes its two calls of `calls` (a wait for the copy stream's event of
+  the unit's slot, long complete, and the record of the slot's release), or one of them:
+  what the compute stream's own calls cost its launches;
 - `memops program`: the copy stream's whole program for the encode (per unit: wait until
   a counter in device memory says its slot is free, copy, write a counter saying the copy
   is done) captured once as a CUDA graph and launched at the encode's start; per unit the
@@ -40,8 +59,8 @@ compute stream that read its slot, one encode per way per round, rotated:
   a design (`--no-memops` leaves it out).
 
 Each way runs its compute on the legacy default stream (`--compute-streams default`, a plain
-script's) or on a stream of its own (`side`, as vLLM's engine computes: its
-`current_stream()` makes one); `default,side` times both in the same rounds, a ring each.
+script's) or on vLLM's (`vllm`: its `current_stream()`, a stream of its own, as its engine
+computes); `default,vllm` times both in the same rounds, a ring each.
 
 Per way: the host's time per encode (issue only) and in total (to the device's end), the
 extra host time per unit over `resident` (median of the per-round differences, quartiles),
@@ -60,8 +79,12 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import queue
 import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -114,6 +137,44 @@ def cudart() -> SimpleNamespace:
         launch=fn("cudaGraphLaunch", P, P),
         error_string=error_string,
     )
+
+
+def build_c_helper(directory: Path) -> Path:
+    """benchmarks/unit_copies.c built with the system's `cc` into `directory` (a library of its
+    own: its state is per load). Raises OSError (no `cc`) or CalledProcessError."""
+    library = directory / "unit_copies.so"
+    command = ["cc", "-O2", "-shared", "-fPIC", "-pthread", "-o", str(library), str(HERE / "unit_copies.c")]
+    subprocess.run(command, check=True, capture_output=True)
+    return library
+
+
+def c_helper(path: Path | None, rt: SimpleNamespace) -> SimpleNamespace | None:
+    """benchmarks/unit_copies.c loaded (built with `cc` unless `path` is given), its calls
+    pointed at cudart's functions; None where it cannot be built."""
+    if path is None:
+        try:
+            path = build_c_helper(Path(tempfile.mkdtemp()))
+        except (OSError, subprocess.CalledProcessError) as error:
+            print(f"C helper not built ({error}): its ways are left out", flush=True)
+            return None
+    lib = ctypes.CDLL(str(path))
+
+    def fn(name: str, restype: Any, *argtypes: Any) -> Callable[..., Any]:
+        function = getattr(lib, name)
+        function.restype = restype
+        function.argtypes = list(argtypes)
+        return function
+
+    fn("uc_init", None, P, P, P)(*(ctypes.cast(f, P) for f in (rt.wait, rt.memcpy, rt.record)))
+    helper = SimpleNamespace(
+        enter=fn("uc_enter", ctypes.c_int, P, P, P, P, P, P, ctypes.c_size_t, P),
+        push=fn("uc_push", ctypes.c_long, P, P, P, P, ctypes.c_size_t, P),
+        wait_issued=fn("uc_wait_issued", ctypes.c_int, ctypes.c_long),
+        set_spin=fn("uc_set_spin", None, ctypes.c_long),
+        issued=ctypes.c_long.in_dll(lib, "uc_issued_count"),
+    )
+    check(rt, fn("uc_start", ctypes.c_int)(), "uc_start (pthread_create)")
+    return helper
 
 
 CU_STREAM_WAIT_VALUE_GEQ = 0x0
@@ -181,6 +242,8 @@ class Ring:
         # What a unit's compute reads: the first 256 x 512 bf16 of its slot.
         self.views = [slot[: 256 * 512 * 2].view(torch.bfloat16).view(256, 512) for slot in self.slots]
         self.queries = self.skipped = 0  # of `query first`
+        self.c_stalls = 0  # of `C copy thread`: positions whose copy was not issued yet
+        self.uc: SimpleNamespace | None = None
         self.x = torch.zeros(256, 512, dtype=torch.bfloat16, device=device)
         self.graphs = {
             (unit, slot): copy_graph(
@@ -349,6 +412,128 @@ class Ring:
         # The copy stream's program is over once its last copy is (waited for above); the
         # next encode's reset comes after it on the compute stream.
 
+    def start_copy_thread(self) -> None:
+        """The thread of `copy thread`: per position from the queue, the slot's wait, the copy
+        and its record on the copy stream; then `issued` says so."""
+        self.requests: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self.issued = -1
+        self.stalls = 0
+
+        def serve() -> None:
+            while (position := self.requests.get()) is not None:
+                slot = position % 2
+                self.rt.wait(self.copy, self.released[slot], 0)
+                self._copy(position, slot)
+                self.issued = position
+
+        self.thread = threading.Thread(target=serve, name="unit-copies", daemon=True)
+        self.thread.start()
+
+    def copy_thread(self) -> None:
+        rt, slots, put = self.rt, 2, self.requests.put
+        for slot in range(slots):
+            rt.record(self.released[slot], self.compute)
+        self.issued = -1  # the thread is idle: the last encode waited for its last copy
+        put(0)
+        for position in range(self.units):
+            slot = position % slots
+            if self.issued < position:  # not issued yet: let the thread run
+                self.stalls += 1
+                while self.issued < position:
+                    time.sleep(0)
+            rt.wait(self.compute, self.copied[slot], 0)
+            if position + 1 < self.units:
+                put(position + 1)
+            self._compute(slot)
+            rt.record(self.released[slot], self.compute)
+        while self.issued < self.units - 1:
+            time.sleep(0)
+        for slot in range(slots):
+            rt.wait(self.compute, self.copied[slot], 0)
+
+    def compute_calls(self, wait: bool = True, record: bool = True) -> None:
+        """The resident kernels with the compute stream's calls of `calls` and no copies."""
+        rt = self.rt
+        for position in range(self.units):
+            slot = position % 2
+            if wait:
+                rt.wait(self.compute, self.copied[slot], 0)
+            self._compute(slot)
+            if record:
+                rt.record(self.released[slot], self.compute)
+
+    def compute_wait(self) -> None:
+        self.compute_calls(record=False)
+
+    def compute_record(self) -> None:
+        self.compute_calls(wait=False)
+
+    def c_calls(self) -> None:
+        """The five calls, the four at a unit's entry in one call into C."""
+        rt, uc, slots = self.rt, self.uc, 2
+        for slot in range(slots):
+            rt.record(self.released[slot], self.compute)
+        rt.wait(self.copy, self.released[0], 0)
+        self._copy(0, 0)
+        for position in range(self.units):
+            slot, following = position % slots, (position + 1) % slots
+            last = position + 1 == self.units
+            error = uc.enter(
+                self.compute,
+                self.copied[slot],
+                self.copy,
+                self.released[following],
+                None if last else self.slots[following].data_ptr(),
+                self.arena.data_ptr() + (position + 1) * self.unit_bytes,
+                self.unit_bytes,
+                self.copied[following],
+            )
+            if error:
+                check(rt, error, "uc_enter")
+            self._compute(slot)
+            rt.record(self.released[slot], self.compute)
+        for slot in range(slots):
+            rt.wait(self.compute, self.copied[slot], 0)
+
+    def _push(self, position: int, nbytes: int) -> None:
+        slot = position % 2
+        self.uc.push(
+            self.copy,
+            self.released[slot],
+            self.slots[slot].data_ptr(),
+            self.arena.data_ptr() + position * self.unit_bytes,
+            nbytes,
+            self.copied[slot],
+        )
+
+    def c_copy_thread(self, spin_ns: int = 0, nbytes: int | None = None) -> None:
+        rt, uc, slots = self.rt, self.uc, 2
+        uc.set_spin(spin_ns)
+        for slot in range(slots):
+            rt.record(self.released[slot], self.compute)
+        nbytes = self.unit_bytes if nbytes is None else nbytes
+        base = uc.issued.value  # the thread is idle: the last encode waited for its copies
+        self._push(0, nbytes)
+        for position in range(self.units):
+            slot = position % slots
+            if uc.issued.value <= base + position:
+                self.c_stalls += 1
+                check(rt, uc.wait_issued(base + position + 1), "the copy thread")
+            rt.wait(self.compute, self.copied[slot], 0)
+            if position + 1 < self.units:
+                self._push(position + 1, nbytes)
+            self._compute(slot)
+            rt.record(self.released[slot], self.compute)
+        check(rt, uc.wait_issued(base + self.units), "the copy thread")
+        for slot in range(slots):
+            rt.wait(self.compute, self.copied[slot], 0)
+
+    def c_copy_thread_spinning(self) -> None:
+        self.c_copy_thread(spin_ns=1_000_000)
+
+    def c_copy_thread_tiny_copies(self) -> None:
+        self.c_copy_thread(spin_ns=1_000_000, nbytes=TINY_COPY_BYTES)
+
     def last_slots_hold_the_arena(self, slots: int) -> bool:
         torch.cuda.synchronize()
         ok = True
@@ -415,11 +600,14 @@ def graph_in_capture(ring: Ring) -> str:
 
 def compute_stream(kind: str, device: torch.device) -> torch.cuda.Stream:
     """The stream a way's compute runs on: `default`, the legacy default stream (a plain
-    script's, and the benchmarks' before 2026-12-04), or `side`, a stream of its own, as
-    vLLM's engine computes (`vllm.utils.torch_utils.current_stream()` makes one)."""
+    script's, and the benchmarks' before 2026-12-04), or `vllm`, the stream vLLM's engine
+    computes on (`vllm.utils.torch_utils.current_stream()`, a stream of its own), as
+    tower_pipeline.py's `--compute-stream`. Runs before 2026-12-04d named it `side`."""
     if kind == "default":
         return torch.cuda.default_stream(device)
-    return torch.cuda.Stream(device)
+    from vllm.utils.torch_utils import current_stream
+
+    return current_stream()
 
 
 def time_ways(rings: dict[str, Ring], ways: dict[str, dict[str, Callable[[], None]]], rounds: int) -> dict[str, Any]:
@@ -449,17 +637,22 @@ def main() -> None:
     parser.add_argument("--unit-mib", type=int, default=24)
     parser.add_argument("--ops", type=int, default=24, help="kernels per unit (a block's host time, roughly)")
     parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument(
+        "--c-helper",
+        type=Path,
+        help="a built benchmarks/unit_copies.c (default: build it with cc; without cc, no C ways)",
+    )
     parser.add_argument("--no-memops", action="store_true", help="leave out the stream memory operations' way")
     parser.add_argument(
         "--compute-streams",
         default="default",
         help="comma-separated, each a ring of its own timed in the same rounds: default (the legacy "
-        "default stream) and/or side (a stream of its own, as vLLM's engine computes)",
+        "default stream) and/or vllm (vLLM's own stream, as its engine computes)",
     )
     args = parser.parse_args()
     kinds = [k for k in args.compute_streams.split(",") if k]
-    if not kinds or not set(kinds) <= {"default", "side"}:
-        parser.error("--compute-streams: default, side or default,side")
+    if not kinds or not set(kinds) <= {"default", "vllm"}:
+        parser.error("--compute-streams: default, vllm or default,vllm")
     device = torch.device("cuda", 0)
     rt = cudart()
     rings: dict[str, Ring] = {}
@@ -480,6 +673,8 @@ def main() -> None:
         result["wait_node_waits_for_the_release"] = wait_node_waits(ring)
         result["not_ready_query"] = not_ready_is_a_last_error(ring)
     ways: dict[str, dict[str, Callable[[], None]]] = {}
+    uc = c_helper(args.c_helper, rt)
+    result["c_helper"] = "left out" if uc is None else "ok"
     memops = "skipped (--no-memops)"
     for kind, r in rings.items():
         ways[kind] = {
@@ -490,7 +685,18 @@ def main() -> None:
             "release every 2": r.release_every_2,
             "calls, 4 KiB copies": r.calls_tiny_copies,
             "copies alone": r.copies_alone,
+            "copy thread": r.copy_thread,
+            "compute wait + record": r.compute_calls,
+            "compute wait": r.compute_wait,
+            "compute record": r.compute_record,
         }
+        r.start_copy_thread()
+        if uc is not None:
+            r.uc = uc
+            ways[kind]["C calls"] = r.c_calls
+            ways[kind]["C copy thread"] = r.c_copy_thread
+            ways[kind]["C copy thread, spinning"] = r.c_copy_thread_spinning
+            ways[kind]["C copy thread, spinning, 4 KiB copies"] = r.c_copy_thread_tiny_copies
         if not args.no_memops:
             try:
                 with torch.cuda.stream(r.compute_stream):
@@ -502,7 +708,17 @@ def main() -> None:
                 torch.cuda.synchronize()
     print("memops program:", memops, flush=True)
     result["memops_program"] = memops
-    ring_slots = {"calls": 2, "query first": 2, "copy graph": 2, "release every 2": 3, "memops program": 2}
+    ring_slots = {
+        "calls": 2,
+        "copy thread": 2,
+        "C calls": 2,
+        "C copy thread": 2,
+        "C copy thread, spinning": 2,
+        "query first": 2,
+        "copy graph": 2,
+        "release every 2": 3,
+        "memops program": 2,
+    }
     result["bytes_equal"] = {}
     for kind, r in rings.items():
         with torch.cuda.stream(r.compute_stream):
@@ -532,6 +748,14 @@ def main() -> None:
             q1, median, q3 = statistics.quantiles(diffs, n=4)
             extra[name] = {"median": median, "q1": q1, "q3": q3}
     result["query_first_waits_skipped"] = {kind: r.skipped / max(1, r.queries) for kind, r in rings.items()}
+    result["c_copy_thread_stalls_per_encode"] = {
+        kind: r.c_stalls / (3 * args.rounds + 11)
+        for kind, r in rings.items()  # three ways: rounds, 3 warm-ups, 1 check (2 ways)
+    }
+    result["copy_thread_stalls_per_encode"] = {
+        kind: r.stalls / (args.rounds + 4)
+        for kind, r in rings.items()  # 3 warm-ups, 1 check
+    }
     # Last: a refused capture may leave the streams unusable for the timings.
     with torch.cuda.stream(ring.compute_stream):
         result["copy_graph_in_a_capture"] = graph_in_capture(ring)
@@ -548,6 +772,8 @@ def main() -> None:
             + ", ".join(f"{n} {v['median']:.1f} us ({v['q1']:.1f} / {v['q3']:.1f})" for n, v in extra.items())
             + f"; bytes equal: {result['bytes_equal'][kind]}"
             + f"; query first skipped {result['query_first_waits_skipped'][kind]:.0%} of its waits"
+            + f"; copy thread stalls per encode {result['copy_thread_stalls_per_encode'][kind]:.1f}"
+            + f" (C: {result['c_copy_thread_stalls_per_encode'][kind]:.1f})"
         )
     print(f"a not-ready query: {result['not_ready_query']}")
 

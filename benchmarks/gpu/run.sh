@@ -112,7 +112,7 @@ streams)
   # vLLM's engine computes on a stream of its own (vllm.utils.torch_utils.current_stream()); a plain
   # script, and every benchmark before 2026-12-04, on the legacy default stream.
   for ops in 24 12; do
-    in_repo "timeout 150 python3 benchmarks/unit_issue_probe.py --ops $ops --rounds 40 --compute-streams default,side --out $OUT/unit_issue_streams_ops$ops.json" 2>&1 | tee -a "$OUT/unit-issue-streams.log" | tail -4
+    in_repo "timeout 150 python3 benchmarks/unit_issue_probe.py --ops $ops --rounds 40 --compute-streams default,vllm --out $OUT/unit_issue_streams_ops$ops.json" 2>&1 | tee -a "$OUT/unit-issue-streams.log" | tail -4
   done
   for stream in vllm default; do
     in_repo "timeout $((${STREAMS_BUDGET_S:-130} + 60)) python3 benchmarks/tower_pipeline.py --lookaheads 2 --profile none --compute-stream $stream --budget-s ${STREAMS_BUDGET_S:-130} --out-dir $OUT/pipeline-$stream" 2>&1 | tee "$OUT/pipeline-$stream.log" | tail -12
