@@ -102,8 +102,10 @@ probe)
 issue)
   # The streamer's per-unit CUDA calls against fewer (waits only where an event query finds the
   # work not done, a copy graph per unit, slots released every second unit, the copy program on
-  # stream memory operations) and split (the calls with 4 KiB copies, the copies alone) in an
-  # encode-shaped loop; a block's host time as 24 and as 12 kernels.
+  # stream memory operations), issued elsewhere (from C: benchmarks/unit_copies.c, built with cc;
+  # the copy side on a thread, in Python and in C) and split (the calls with 4 KiB copies, the
+  # copies alone, the compute side's calls alone) in an encode-shaped loop; a block's host time
+  # as 24 and as 12 kernels.
   for ops in ${ISSUE_OPS:-24 12}; do
     in_repo "timeout 120 python3 benchmarks/unit_issue_probe.py --ops $ops ${ISSUE_ARGS:-} --out $OUT/unit_issue_ops$ops.json" 2>&1 | tee -a "$OUT/unit-issue-probe.log" | tail -3
   done
