@@ -33,17 +33,17 @@ compute stream that read its slot, one encode per way per round, rotated:
   copy stream's three (the slot's wait, the copy, its record) go to a thread of their own,
   handed each position through a queue (ctypes and torch's ops release the GIL, so its
   calls run beside the encode's launches). Before its wait for a copy the encode checks
-  that the thread has issued it (`copy_thread_stalls`: how often it had not);
+  that the thread has issued it (`copy_thread_stalls_per_encode`: how often it had not);
 - `C calls`: the streamer's five calls, the four at a unit's entry (the compute stream's
   wait, the next copy's wait, copy and record) made by one call into C
   (`benchmarks/unit_copies.c`, built here with `cc` or given as `--c-helper`): what a
   compiled op making the same calls saves on ctypes and Python alone;
 - `C copy thread` / `C copy thread, spinning`: `copy thread` with the thread in C (no GIL):
-  the encode pushes each copy with one call and checks a counter before its wait; the
-  thread sleeps between copies (woken through a condition variable) or spins up to 1 ms
-  for the next one (a core busy through the encode); `..., 4 KiB copies`: the spinning
-  thread's copies of 4 KiB each (its calls and the streams' ordering without the link's
-  traffic);
+  the encode pushes each copy with one call and checks a counter before its wait
+  (`c_copy_thread_stalls_per_encode`); the thread sleeps between copies (woken through a
+  condition variable) or spins up to 1 ms for the next one (a core busy through the
+  encode); `..., 4 KiB copies`: the spinning thread's copies of 4 KiB each (its calls and
+  the streams' ordering without the link's traffic);
 - `compute wait + record` / `compute wait` / `compute record`: no copies at all; per unit
   the compute stream makes its two calls of `calls` (a wait for the copy stream's event of
   the unit's slot, long complete, and the record of the slot's release), or one of them:
