@@ -259,12 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="the same for the base's streamer (a base from before --offload-towers-slot-mb takes only 0)",
     )
-    parser.add_argument(
-        "--compute-stream",
-        choices=tp.COMPUTE_STREAMS,
-        default="default",
-        help="where the encodes run: the legacy default stream, or vLLM's own stream as its engine",
-    )
+    tp.add_compute_stream_option(parser)
     parser.add_argument(
         "--configs",
         default="",

@@ -200,6 +200,16 @@ class Setup:
 COMPUTE_STREAMS = ("default", "vllm")
 
 
+def add_compute_stream_option(parser: argparse.ArgumentParser) -> None:
+    """`--compute-stream`, for this matrix and the benchmarks built on it (tower_ab.py)."""
+    parser.add_argument(
+        "--compute-stream",
+        choices=COMPUTE_STREAMS,
+        default="default",
+        help="where the encodes run: the legacy default stream, or vLLM's own stream as its engine",
+    )
+
+
 def use_compute_stream(setup: Setup) -> int:
     """Make `setup.compute_stream` current for what follows; return its handle (0: the legacy
     default stream)."""
@@ -785,12 +795,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0,
         help="--offload-towers-slot-mb: ring slots of this many of the tower's blocks (0: the largest unit)",
     )
-    parser.add_argument(
-        "--compute-stream",
-        choices=COMPUTE_STREAMS,
-        default="default",
-        help="where the encodes run: the legacy default stream, or vLLM's own stream as its engine",
-    )
+    add_compute_stream_option(parser)
     parser.add_argument(
         "--resident-gb",
         type=float,

@@ -150,7 +150,8 @@ def build_c_helper(directory: Path) -> Path:
 
 def c_helper(path: Path | None, rt: SimpleNamespace) -> SimpleNamespace | None:
     """benchmarks/unit_copies.c loaded (built with `cc` unless `path` is given), its calls
-    pointed at cudart's functions; None where it cannot be built."""
+    pointed at `rt`'s cudart functions (`wait`, `memcpy`, `record`), its copy thread
+    started; None where it cannot be built."""
     if path is None:
         try:
             path = build_c_helper(Path(tempfile.mkdtemp()))
@@ -172,6 +173,7 @@ def c_helper(path: Path | None, rt: SimpleNamespace) -> SimpleNamespace | None:
         wait_issued=fn("uc_wait_issued", ctypes.c_int, ctypes.c_long),
         set_spin=fn("uc_set_spin", None, ctypes.c_long),
         issued=ctypes.c_long.in_dll(lib, "uc_issued_count"),
+        stop=fn("uc_stop", None),
     )
     check(rt, fn("uc_start", ctypes.c_int)(), "uc_start (pthread_create)")
     return helper

@@ -9,6 +9,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -49,25 +50,20 @@ class FakeCudart:
         return 0
 
 
-def load(tmp_path: Path, rt: FakeCudart) -> ctypes.CDLL:
-    """The helper built into `tmp_path`, its calls pointed at `rt`'s."""
-    from benchmarks.unit_issue_probe import build_c_helper
+def load(tmp_path: Path, rt: FakeCudart) -> SimpleNamespace:
+    """The helper as the probe loads it (`c_helper`: built into `tmp_path`, its calls
+    pointed at `rt`'s, its copy thread started)."""
+    from benchmarks.unit_issue_probe import build_c_helper, c_helper
 
-    lib = ctypes.CDLL(str(build_c_helper(tmp_path)))
-    lib.uc_init.argtypes = [P, P, P]
-    lib.uc_init(*(ctypes.cast(f, P) for f in (rt.wait, rt.memcpy, rt.record)))
-    lib.uc_enter.argtypes = [P, P, P, P, P, P, ctypes.c_size_t, P]
-    lib.uc_push.argtypes = [P, P, P, P, ctypes.c_size_t, P]
-    lib.uc_push.restype = ctypes.c_long
-    lib.uc_wait_issued.argtypes = [ctypes.c_long]
-    lib.uc_set_spin.argtypes = [ctypes.c_long]
-    return lib
+    helper = c_helper(build_c_helper(tmp_path), SimpleNamespace(wait=rt.wait, memcpy=rt.memcpy, record=rt.record))
+    assert helper is not None
+    return helper
 
 
-def issued_within(lib: ctypes.CDLL, count: int, seconds: float = 10.0) -> int:
+def issued_within(helper: SimpleNamespace, count: int, seconds: float = 10.0) -> int:
     """Copies the thread has issued once it has issued `count`, or after `seconds` (a test of a
     broken helper fails instead of spinning for ever in `uc_wait_issued`)."""
-    issued = ctypes.c_long.in_dll(lib, "uc_issued_count")
+    issued = helper.issued
     deadline = time.monotonic() + seconds
     while issued.value < count and time.monotonic() < deadline:
         time.sleep(0.001)
@@ -76,8 +72,8 @@ def issued_within(lib: ctypes.CDLL, count: int, seconds: float = 10.0) -> int:
 
 def test_enter_makes_the_compute_wait_then_the_next_copy_in_order(tmp_path: Path) -> None:
     rt = FakeCudart()
-    lib = load(tmp_path, rt)
-    assert lib.uc_enter(11, 21, 12, 31, 4096, 8192, 64, 22) == 0
+    helper = load(tmp_path, rt)
+    assert helper.enter(11, 21, 12, 31, 4096, 8192, 64, 22) == 0
     assert rt.calls == [
         ("wait", 11, 21),
         ("wait", 12, 31),
@@ -85,36 +81,34 @@ def test_enter_makes_the_compute_wait_then_the_next_copy_in_order(tmp_path: Path
         ("record", 22, 12),
     ]
     rt.calls.clear()
-    assert lib.uc_enter(11, 21, 12, 31, None, 8192, 64, 22) == 0  # the last unit: no next copy
+    assert helper.enter(11, 21, 12, 31, None, 8192, 64, 22) == 0  # the last unit: no next copy
     assert rt.calls == [("wait", 11, 21)]
 
 
 @pytest.mark.parametrize("spin_ns", [0, 1_000_000])
 def test_the_copy_thread_issues_every_pushed_copy_in_order_off_the_callers_thread(tmp_path: Path, spin_ns: int) -> None:
     rt = FakeCudart()
-    lib = load(tmp_path, rt)
-    lib.uc_set_spin(spin_ns)
-    assert lib.uc_start() == 0
+    helper = load(tmp_path, rt)
+    helper.set_spin(spin_ns)
     for n in range(1, 6):
-        assert lib.uc_push(7, 100 + n, 1000 * n, 2000 * n, n, 200 + n) == n - 1
-    assert issued_within(lib, 5) == 5
-    assert lib.uc_wait_issued(5) == 0
+        assert helper.push(7, 100 + n, 1000 * n, 2000 * n, n, 200 + n) == n - 1
+    assert issued_within(helper, 5) == 5
+    assert helper.wait_issued(5) == 0
     expected = []
     for n in range(1, 6):
         expected += [("wait", 7, 100 + n), ("memcpy", 1000 * n, 2000 * n, n, 4, 7), ("record", 200 + n, 7)]
     assert rt.calls == expected
     assert rt.threads and threading.get_ident() not in rt.threads
-    lib.uc_stop()
+    helper.stop()
 
 
 def test_a_failed_copy_is_reported_and_its_record_not_made(tmp_path: Path) -> None:
     rt = FakeCudart(fail_copy=2)
-    lib = load(tmp_path, rt)
-    assert lib.uc_start() == 0
+    helper = load(tmp_path, rt)
     for n in range(1, 4):
-        lib.uc_push(7, 100 + n, 1000 * n, 2000 * n, n, 200 + n)
-    assert issued_within(lib, 3) == 3
-    assert lib.uc_wait_issued(3) == 1
-    lib.uc_stop()
+        helper.push(7, 100 + n, 1000 * n, 2000 * n, n, 200 + n)
+    assert issued_within(helper, 3) == 3
+    assert helper.wait_issued(3) == 1
+    helper.stop()
     assert ("record", 202, 7) not in rt.calls
     assert ("record", 201, 7) in rt.calls and ("record", 203, 7) in rt.calls
