@@ -14,6 +14,7 @@
 #   bash benchmarks/gpu/run.sh intree    # the vLLM-tree tests of the patches alone
 #   bash benchmarks/gpu/run.sh qwen3     # the Qwen3-VL eager engine test alone (resident vs streamed)
 #   bash benchmarks/gpu/run.sh encgraphs # the engine with encoder CUDA graphs, resident vs streamed (Qwen3-VL)
+#   bash benchmarks/gpu/run.sh reload    # the engine's in-place weight reload (RL weight syncs), resident vs streamed
 #   bash benchmarks/gpu/run.sh hosttime  # tower_host_time.py alone: the streamer's host time per unit, by step
 #   bash benchmarks/gpu/run.sh graph     # tower_graph.py: every case of the matrix, resident vs streamed, CUDA graphs (GRAPH_ARGS,
 #                                        # GRAPH_TIMEOUT_S, default 500: the whole matrix takes ~410 s)
@@ -45,7 +46,7 @@
 # resident-budget rows and PIPELINE_HOST_TIME=0 the host-time benchmark before it, so that a
 # chained call fits in the 600 s a command may take.
 set -uo pipefail
-stages="proof intree qwen3 encgraphs hosttime probe issue streams depth contention ab decompose graph pipeline slots resident matrix encodeab serve bench multi"
+stages="proof intree qwen3 encgraphs reload hosttime probe issue streams depth contention ab decompose graph pipeline slots resident matrix encodeab serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -87,6 +88,10 @@ qwen3)
 encgraphs)
   # vLLM's encoder CUDA graphs (cudagraph_mm_encoder, Triton ViT attention) with a streamed tower.
   in_repo "timeout 400 $pytest_gpu tests/gpu/test_engine_encoder_cudagraphs.py" 2>&1 | tee "$OUT/gpu-engine-encoder-graphs-tests.log" | tail -20
+  ;;
+reload)
+  # vLLM's in-place reload of the tower's weights (what RL weight syncs run), resident vs streamed.
+  in_repo "timeout 400 $pytest_gpu tests/gpu/test_engine_reload_weights.py" 2>&1 | tee "$OUT/gpu-engine-reload-tests.log" | tail -20
   ;;
 proof)
   intree

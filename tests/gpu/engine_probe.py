@@ -2,7 +2,7 @@
 
     python3 tests/gpu/engine_probe.py CHECKPOINT_DIR --mode resident|streamed
         [--cudagraphs] [--encoder-cudagraphs] [--requests 20] [--latency-repeats 0]
-        [--tp N] [--pp N] [--mm-encoder-tp-mode weights|data]
+        [--tp N] [--pp N] [--mm-encoder-tp-mode weights|data] [--reload-tower-weights]
 
 One engine per process, so every figure (GPU memory, pinned host memory,
 RSS) is this engine's alone; the engine core runs in this process
@@ -172,6 +172,28 @@ def _encoder_graph_stats(worker) -> dict | None:
     return None if manager is None else manager.get_cumulative_stats()
 
 
+#: The seed of the tower weights `--reload-tower-weights` loads: the same values in every engine.
+RELOAD_SEED = 7
+
+
+def _reload_tower_weights(worker) -> int:
+    """Reload the tower's weights in place with new values through vLLM's own
+    `reload_weights` (checkpoint format: each layer put on the meta device, loaded,
+    processed and copied into the tensors it had), as an RL trainer's weight sync does.
+    Returns how many tensors were loaded."""
+    import torch
+
+    model = worker.model_runner.get_model()
+    generator = torch.Generator().manual_seed(RELOAD_SEED)
+    weights = [
+        (name, (torch.randn(param.shape, generator=generator) * 0.02).to(param.dtype))
+        for name, param in model.named_parameters()
+        if name.startswith("visual.")
+    ]
+    worker.model_runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    return len(weights)
+
+
 def _gpu_allocated(worker) -> int:
     import torch
 
@@ -212,6 +234,7 @@ def run(
     mm_encoder_tp_mode: str | None = None,
     resident_gb: float = 0.0,
     encoder_cudagraphs: bool = False,
+    reload_tower_weights: bool = False,
 ) -> dict:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
@@ -243,18 +266,28 @@ def run(
     greedy = SamplingParams(temperature=0.0, max_tokens=8, prompt_logprobs=0, logprobs=0)
     prompts = [image_prompt(sizes, seed=i, family=family) for i, sizes in enumerate(COMPARED_IMAGES)]
     prompts.append({"prompt": "<|im_start|>user\nHello there.<|im_end|>\n<|im_start|>assistant\n"})
-    outputs = llm.generate(prompts, greedy, use_tqdm=False)
-    compared = [
-        {
-            "prompt_tokens": len(out.prompt_token_ids),
-            "tokens": list(out.outputs[0].token_ids),
-            "prompt_logprobs": [
-                None if lp is None else lp[token].logprob
-                for token, lp in zip(out.prompt_token_ids, out.prompt_logprobs)
-            ],
-        }
-        for out in outputs
-    ]
+
+    def generate_compared() -> list[dict]:
+        outputs = llm.generate(prompts, greedy, use_tqdm=False)
+        return [
+            {
+                "prompt_tokens": len(out.prompt_token_ids),
+                "tokens": list(out.outputs[0].token_ids),
+                "prompt_logprobs": [
+                    None if lp is None else lp[token].logprob
+                    for token, lp in zip(out.prompt_token_ids, out.prompt_logprobs)
+                ],
+            }
+            for out in outputs
+        ]
+
+    compared = generate_compared()
+    reload: dict = {}
+    if reload_tower_weights:
+        # vLLM's reload resets the encoder cache, so the same prompts are encoded again.
+        reload["tensors_loaded"] = llm.collective_rpc(_reload_tower_weights)[0]
+        reload["compared"] = generate_compared()
+        reload["figures"] = llm.collective_rpc(_worker_figures)[0]
 
     # 20 image requests of varying sizes, one at a time: GPU memory after each.
     allocated = []
@@ -289,6 +322,7 @@ def run(
         "rss_end_bytes": _rss_bytes(),
         "peak_rss_bytes": _peak_rss_bytes(),
         "compared": compared,
+        "after_reload": reload,
         "gpu_allocated_after_requests": allocated,
         "latency": latency,
     }
@@ -306,6 +340,11 @@ def main() -> None:
     parser.add_argument("--pp", type=int, default=1, help="pipeline-parallel size")
     parser.add_argument("--mm-encoder-tp-mode", choices=["weights", "data"])
     parser.add_argument("--resident-gb", type=float, default=0.0, help="--offload-towers-resident-gb (streamed)")
+    parser.add_argument(
+        "--reload-tower-weights",
+        action="store_true",
+        help="after the compared prompts, reload the tower's weights in place (new values) and run them again",
+    )
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args()
     result = run(
@@ -319,6 +358,7 @@ def main() -> None:
         mm_encoder_tp_mode=args.mm_encoder_tp_mode,
         resident_gb=args.resident_gb,
         encoder_cudagraphs=args.encoder_cudagraphs,
+        reload_tower_weights=args.reload_tower_weights,
     )
     Path(args.out).write_text(json.dumps(result))
 

@@ -1,0 +1,75 @@
+"""A streamed tower's weights reloaded in place, through vLLM's own `LLM` engine (Qwen3-VL, 8B tower).
+
+RL trainers sync weights into a running vLLM every step through its layerwise reload
+(`reload_weights`, the NCCL weight transfer): each layer is put on the meta device, loaded,
+processed and copied into the tensors it had. With `--offload-towers` those tensors are the
+tower's parameters in pinned host memory, and the next encode must stream the new values.
+Both engines reload the same new tower weights (`engine_probe.py --reload-tower-weights`):
+the same greedy tokens and prompt logprobs before and after, outputs that changed with the
+weights, and nothing of the tower left on the GPU by the reload.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from engine_runs import assert_same_outputs, record, run_probe
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def runs(checkpoints) -> dict[str, dict]:
+    checkpoint = checkpoints["qwen3_vl"]
+    results = {
+        mode: run_probe(checkpoint, mode, "--requests", "0", "--reload-tower-weights")
+        for mode in ("resident", "streamed")
+    }
+    record("engine_qwen3_vl_reload_weights.json", results)
+    return results
+
+
+def test_same_outputs_before_and_after_the_reload(runs):
+    resident, streamed = runs["resident"], runs["streamed"]
+    assert_same_outputs(resident, streamed)
+    assert streamed["after_reload"]["tensors_loaded"] == resident["after_reload"]["tensors_loaded"] > 0
+    assert_same_outputs(resident["after_reload"], streamed["after_reload"])
+
+
+def test_the_reload_changed_what_the_images_encode_to(runs):
+    """Else equal outputs after the reload would prove nothing: the image prompts' logprobs
+    move with the tower's weights, the text-only prompt's (the last) do not."""
+    for mode in ("resident", "streamed"):
+        before, after = runs[mode]["compared"], runs[mode]["after_reload"]["compared"]
+        changed = [a["prompt_logprobs"] != b["prompt_logprobs"] for a, b in zip(before, after)]
+        print(f"\n[engine] {mode}: prompts whose logprobs changed with the reload {changed}")
+        assert changed == [True] * (len(before) - 1) + [False]
+
+
+def test_the_reload_leaves_nothing_of_the_tower_on_the_gpu(runs):
+    streamed = runs["streamed"]
+    after = streamed["after_reload"]["figures"]
+    on_gpu = {
+        "before": streamed["gpu_tensor_bytes"]["by_child"].get("visual", 0),
+        "after": after["gpu_tensor_bytes"]["by_child"].get("visual", 0),
+    }
+    # Allocated after the reload and its prompts over allocated after load; the resident
+    # engine's growth (its first prompts' workspaces) is the baseline.
+    grown = {
+        mode: runs[mode]["after_reload"]["figures"]["gpu_allocated_bytes"] - runs[mode]["gpu_allocated_bytes"]
+        for mode in ("resident", "streamed")
+    }
+    print(
+        f"\n[engine] streamed: the tower on the GPU {on_gpu['before'] / MiB:.2f} -> {on_gpu['after'] / MiB:.2f} MiB "
+        f"across the reload; allocated since load {grown['resident'] / MiB:+.1f} MiB resident, "
+        f"{grown['streamed'] / MiB:+.1f} MiB streamed; arena {after['streamer_host_bytes'] / MiB:.1f} MiB"
+    )
+    assert on_gpu["after"] == on_gpu["before"] < 1 * MiB  # its rotary cache
+    assert after["streamer_host_bytes"] == streamed["streamer_host_bytes"]
+    # A tower materialized on the GPU by the reload and kept would be 1099 MiB more.
+    assert grown["streamed"] < grown["resident"] + 64 * MiB
