@@ -284,8 +284,12 @@ def run(
     compared = generate_compared()
     reload: dict = {}
     if reload_tower_weights:
-        # vLLM's reload resets the encoder cache, so the same prompts are encoded again.
         reload["tensors_loaded"] = llm.collective_rpc(_reload_tower_weights)[0]
+        # As an RL loop does after a weight sync: the worker's reload empties its encoder
+        # cache but not the scheduler's record of it (the same images would miss), and the
+        # prefix cache holds KV computed from the old embeddings.
+        llm.llm_engine.reset_encoder_cache()
+        llm.reset_prefix_cache()
         reload["compared"] = generate_compared()
         reload["figures"] = llm.collective_rpc(_worker_figures)[0]
 
