@@ -90,8 +90,9 @@ encgraphs)
   in_repo "timeout 400 $pytest_gpu tests/gpu/test_engine_encoder_cudagraphs.py" 2>&1 | tee "$OUT/gpu-engine-encoder-graphs-tests.log" | tail -20
   ;;
 reload)
-  # vLLM's in-place reload of the tower's weights (what RL weight syncs run), resident vs streamed.
-  in_repo "timeout 400 $pytest_gpu tests/gpu/test_engine_reload_weights.py" 2>&1 | tee "$OUT/gpu-engine-reload-tests.log" | tail -20
+  # vLLM's in-place reload of the tower's weights (what RL weight syncs run), resident vs streamed,
+  # eager and with encoder CUDA graphs (RELOAD_K=eager or RELOAD_K=encoder runs one: ~1.7 min each).
+  in_repo "timeout 400 $pytest_gpu ${RELOAD_K:+-k $RELOAD_K} tests/gpu/test_engine_reload_weights.py" 2>&1 | tee "$OUT/gpu-engine-reload-tests.log" | tail -20
   ;;
 proof)
   intree

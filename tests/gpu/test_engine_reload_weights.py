@@ -23,14 +23,17 @@ pytestmark = [
 MiB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def runs(checkpoints) -> dict[str, dict]:
+@pytest.fixture(scope="module", params=["eager", "encoder-cudagraphs"])
+def runs(request, checkpoints) -> dict[str, dict]:
+    """Eager, and with encoder CUDA graphs, whose replays copy from the arena's addresses:
+    the reload must keep them."""
     checkpoint = checkpoints["qwen3_vl"]
+    extra = ("--encoder-cudagraphs",) if request.param == "encoder-cudagraphs" else ()
     results = {
-        mode: run_probe(checkpoint, mode, "--requests", "0", "--reload-tower-weights")
+        mode: run_probe(checkpoint, mode, "--requests", "0", "--reload-tower-weights", *extra)
         for mode in ("resident", "streamed")
     }
-    record("engine_qwen3_vl_reload_weights.json", results)
+    record(f"engine_qwen3_vl_reload_weights_{request.param}.json", results)
     return results
 
 
@@ -39,6 +42,10 @@ def test_same_outputs_before_and_after_the_reload(runs):
     assert_same_outputs(resident, streamed)
     assert streamed["after_reload"]["tensors_loaded"] == resident["after_reload"]["tensors_loaded"] > 0
     assert_same_outputs(resident["after_reload"], streamed["after_reload"])
+    if streamed["encoder_cudagraphs"]:
+        stats = streamed["encoder_graph_stats"]
+        print(f"\n[engine] streamed, encoder graphs: {stats}")
+        assert stats["graph_hits"] > 0 and stats["graph_misses"] == 0
 
 
 def test_the_reload_changed_what_the_images_encode_to(runs):
