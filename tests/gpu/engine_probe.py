@@ -285,9 +285,9 @@ def run(
     reload: dict = {}
     if reload_tower_weights:
         reload["tensors_loaded"] = llm.collective_rpc(_reload_tower_weights)[0]
-        # As an RL loop does after a weight sync: the worker's reload empties its encoder
-        # cache but not the scheduler's record of it (the same images would miss), and the
-        # prefix cache holds KV computed from the old embeddings.
+        # As vLLM asks after a weight update (`reset_encoder_cache`): the worker's reload
+        # empties its encoder cache but not the scheduler's record of it (the same images
+        # would miss), and the prefix cache holds KV computed from the old embeddings.
         llm.llm_engine.reset_encoder_cache()
         llm.reset_prefix_cache()
         reload["compared"] = generate_compared()
