@@ -1,7 +1,7 @@
 """The patches' own tests, as they live in the patched vLLM tree, run on the CPU.
 
-Patch 0001 carries its tests where upstream keeps them
-(`tests/model_executor/offloader/` in the vLLM tree). One child pytest runs the
+Each patch carries its tests where upstream keeps them
+(e.g. `tests/model_executor/offloader/` in the vLLM tree). One child pytest runs the
 modules below over the tree under test (conftest.py makes it before the first
 test), with `vllm_cpu` as its plugin and without vLLM's own conftest; each
 module then passes or fails here on the child's report. The tests that need
@@ -23,6 +23,7 @@ IN_TREE = [
     "tests/config/test_mm_processor_cache_shm.py",
     "tests/kernels/attention/test_mm_encoder_sdpa_host_cu_seqlens.py",
     "tests/model_executor/offloader/test_offload_towers_option.py",
+    "tests/model_executor/offloader/test_prefetch.py",
     "tests/model_executor/offloader/test_tower_streaming.py",
     "tests/model_executor/offloader/test_tower_streaming_qwen3_vl.py",
 ]
