@@ -194,6 +194,65 @@ def _reload_tower_weights(worker) -> int:
     return len(weights)
 
 
+class _RecordingOutputs(dict):
+    """The worker's encoder outputs (mm hash -> embeddings), recording a digest of each one
+    stored: its sha256 and per-row float64 sums, so two engines' embeddings of the same image
+    can be compared bit for bit and, where they differ, row by row."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.digests: dict[str, dict] = {}
+
+    def _record(self, key, value) -> None:
+        import hashlib
+
+        import torch
+
+        if key in self.digests or not isinstance(value, torch.Tensor):
+            return
+        host = value.detach().to("cpu").contiguous()
+        self.digests[key] = {
+            "shape": list(host.shape),
+            "sha256": hashlib.sha256(host.view(torch.uint8).numpy().tobytes()).hexdigest(),
+            "row_sums": host.double().reshape(host.shape[0], -1).sum(dim=1).tolist(),
+        }
+
+    def __setitem__(self, key, value) -> None:
+        self._record(key, value)
+        super().__setitem__(key, value)
+
+    def update(self, *args, **kwargs) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+
+def _encoder_cache(worker):
+    """The V2 model runner's encoder cache (mm hash -> embeddings), or None."""
+    runner = worker.model_runner
+    cache = getattr(runner, "encoder_cache", None)
+    if cache is None:
+        cache = getattr(getattr(runner, "model_state", None), "encoder_cache", None)
+    return cache
+
+
+def _start_recording_embeddings(worker) -> bool:
+    cache = _encoder_cache(worker)
+    if cache is None or not hasattr(cache, "encoder_outputs"):
+        return False
+    cache.encoder_outputs = _RecordingOutputs(cache.encoder_outputs)
+    return True
+
+
+def _recorded_embeddings(worker) -> dict:
+    cache = _encoder_cache(worker)
+    outputs = getattr(cache, "encoder_outputs", None)
+    if not isinstance(outputs, _RecordingOutputs):
+        return {}
+    digests = dict(outputs.digests)
+    cache.encoder_outputs = dict(outputs)  # stop recording
+    return digests
+
+
 def _gpu_allocated(worker) -> int:
     import torch
 
@@ -235,6 +294,7 @@ def run(
     resident_gb: float = 0.0,
     encoder_cudagraphs: bool = False,
     reload_tower_weights: bool = False,
+    mm_encoder_attn_backend: str | None = None,
 ) -> dict:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
@@ -256,6 +316,7 @@ def run(
         pipeline_parallel_size=pp,
         **({"mm_encoder_tp_mode": mm_encoder_tp_mode} if mm_encoder_tp_mode else {}),
         **harness_kwargs(cudagraphs, encoder_cudagraphs),
+        **({"mm_encoder_attn_backend": mm_encoder_attn_backend} if mm_encoder_attn_backend else {}),
         **mode_kwargs(mode, resident_gb),
     )
     startup_s = time.perf_counter() - started
@@ -281,7 +342,10 @@ def run(
             for out in outputs
         ]
 
+    recording = llm.collective_rpc(_start_recording_embeddings)[0]
     compared = generate_compared()
+    embeddings = llm.collective_rpc(_recorded_embeddings)[0] if recording else {}
+    graph_stats_after_compared = llm.collective_rpc(_encoder_graph_stats)[0]
     reload: dict = {}
     if reload_tower_weights:
         reload["tensors_loaded"] = llm.collective_rpc(_reload_tower_weights)[0]
@@ -317,6 +381,9 @@ def run(
         "cudagraphs": cudagraphs,
         "encoder_cudagraphs": encoder_cudagraphs,
         "encoder_graph_stats": llm.collective_rpc(_encoder_graph_stats)[0],
+        "encoder_graph_stats_after_compared": graph_stats_after_compared,
+        "mm_encoder_attn_backend": mm_encoder_attn_backend,
+        "embeddings": embeddings,
         "parallel": {"tp": tp, "pp": pp, "mm_encoder_tp_mode": mm_encoder_tp_mode},
         "ranks": ranks,
         "startup_s": startup_s,
@@ -349,6 +416,7 @@ def main() -> None:
         action="store_true",
         help="after the compared prompts, reload the tower's weights in place (new values) and run them again",
     )
+    parser.add_argument("--mm-encoder-attn-backend", help="the ViT attention backend (vLLM picks one when unset)")
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args()
     result = run(
@@ -363,6 +431,7 @@ def main() -> None:
         resident_gb=args.resident_gb,
         encoder_cudagraphs=args.encoder_cudagraphs,
         reload_tower_weights=args.reload_tower_weights,
+        mm_encoder_attn_backend=args.mm_encoder_attn_backend,
     )
     Path(args.out).write_text(json.dumps(result))
 

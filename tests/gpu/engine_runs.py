@@ -13,7 +13,14 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 #: The engine's log lines kept with the figures.
-LOG_KEYS = ("Model loading took", "Available KV cache", "Streaming tower", "KV cache size", "WARNING")
+LOG_KEYS = (
+    "Model loading took",
+    "Available KV cache",
+    "Streaming tower",
+    "KV cache size",
+    "WARNING",
+    "vit attention",  # which ViT attention backend vLLM chose
+)
 
 
 def record(name: str, data: dict) -> None:
@@ -45,11 +52,29 @@ def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600) -> d
     return result
 
 
+def embedding_differences(resident: dict, streamed: dict) -> list[str]:
+    """Each image whose encoder output differs between the two engines (same mm hash), with
+    the rows that differ and by how much (from the recorded per-row sums)."""
+    found = []
+    for key, a in resident.get("embeddings", {}).items():
+        b = streamed.get("embeddings", {}).get(key)
+        if b is None or a["sha256"] == b["sha256"]:
+            continue
+        rows = [i for i, (x, y) in enumerate(zip(a["row_sums"], b["row_sums"])) if x != y]
+        worst = max((abs(a["row_sums"][i] - b["row_sums"][i]) for i in rows), default=0.0)
+        found.append(
+            f"{key[:12]} {a['shape']}: {len(rows)} of {len(a['row_sums'])} rows differ (max |row sum diff| {worst:.3g})"
+        )
+    return found
+
+
 def assert_same_outputs(resident: dict, streamed: dict) -> None:
     """Same greedy tokens and, float for float, the same prompt logprobs (they depend on the
     image embeddings, so this proves the streamed encoder's output is the resident one's)."""
     r, s = resident["compared"], streamed["compared"]
     assert [x["prompt_tokens"] for x in r] == [x["prompt_tokens"] for x in s]
+    differ = embedding_differences(resident, streamed)
+    assert not differ, "encoder outputs differ:\n" + "\n".join(differ)
     for a, b in zip(r, s):
         assert b["tokens"] == a["tokens"]
         assert b["prompt_logprobs"] == a["prompt_logprobs"]

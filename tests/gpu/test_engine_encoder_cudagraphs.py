@@ -2,15 +2,20 @@
 streamed, through vLLM's own `LLM` engine.
 
 vLLM captures the vision encoder per token budget and replays it for the images that fit;
-a streamed tower is captured with its unit copies (patch 0001). Qwen3-VL with its full-size
-8B vision tower, decoder and encoder graphs; the ViT attention is Triton's, which reads
-`cu_seqlens` on the device (the GPU test machine has no FlashAttention; SDPA's host split
-sizes are refused in a capture: patch 0003). Equal prompt logprobs prove the replayed
-streamed encoder computes what the replayed resident one does; the managers' hit counts
-prove the graphs ran. Figures go to `$VLLM_FORK_RESULTS` as `engine_qwen3_vl_encoder_cudagraphs.json.gz`.
+a streamed tower is captured with its unit copies (the streamer patch). Qwen3-VL with its
+full-size 8B vision tower, decoder and encoder graphs, with two ViT attention backends:
+the one vLLM picks (FlashAttention on Hopper, with the real wheel) and Triton's. Both read
+`cu_seqlens` on the device (SDPA's host split sizes are refused in a capture: the cu_seqlens
+patch). On the stand-in harness (no FlashAttention) only Triton's runs. Equal encoder
+outputs (a digest of each image's embeddings, recorded in the worker) and equal prompt
+logprobs prove the replayed streamed encoder computes what the replayed resident one does;
+the managers' hit counts prove the graphs ran. Figures go to `$VLLM_FORK_RESULTS` as
+`engine_qwen3_vl_encoder_cudagraphs_<backend>.json.gz`.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -24,13 +29,17 @@ pytestmark = [
 MiB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def engines(checkpoints) -> dict[str, dict]:
+@pytest.fixture(scope="module", params=["vllm-default", "TRITON_ATTN"])
+def engines(request, checkpoints) -> dict[str, dict]:
+    backend = request.param
+    if backend == "vllm-default" and os.environ.get("VLLM_GPU_STANDINS") == "1":
+        pytest.skip("the stand-ins have no FlashAttention, vLLM's default ViT backend on Hopper")
+    extra = () if backend == "vllm-default" else ("--mm-encoder-attn-backend", backend)
     results = {
-        mode: run_probe(checkpoints["qwen3_vl"], mode, "--encoder-cudagraphs", "--requests", "8")
+        mode: run_probe(checkpoints["qwen3_vl"], mode, "--encoder-cudagraphs", "--requests", "8", *extra)
         for mode in ("resident", "streamed")
     }
-    record("engine_qwen3_vl_encoder_cudagraphs.json", results)
+    record(f"engine_qwen3_vl_encoder_cudagraphs_{backend}.json", results)
     return results
 
 
