@@ -1,6 +1,6 @@
 """The tower matrix on the CPU: every family's tiny tower, resident vs streamed.
 
-For each family in tests/gpu/tower_families.py: build the tiny tower the way
+For each family in vllm_fork_testkit/tower_families/: build the tiny tower the way
 its vLLM model does, encode real-shaped inputs through the model's own
 `_process_image_input` (or audio equivalent), then wrap the same towers with
 the prefetch offloader (`offload_towers=True`, as `_mark_tower_model` does)
@@ -29,8 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
-import tower_families as tf  # noqa: E402
+from vllm_fork_testkit import tower_families as tf
 
 pytestmark = [
     pytest.mark.skip_global_cleanup,
