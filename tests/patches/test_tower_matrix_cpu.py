@@ -134,6 +134,7 @@ def test_matrix_records_a_family_that_kills_its_process_and_runs_the_rest(vllm_t
     """benchmarks/tower_matrix.py: a family whose process dies (on the GPU, a device-side assert)
     is an error row with the child's last lines; a new child runs the families after it."""
     env = {**os.environ, "VLLM_FORK_TREE": str(vllm_tree), "TOWER_MATRIX_CRASH_IN": "qwen2_vl"}
+    env["PYTHONPATH"] = str(BENCHMARK.parents[1])  # this checkout's packages, not an older installed copy
     command = [sys.executable, str(BENCHMARK), "--size", tf.TINY, "--device", "cpu"]
     command += ["--families", "llava,qwen2_vl,idefics3", "--repeats", "1", "--out-dir", str(tmp_path)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)

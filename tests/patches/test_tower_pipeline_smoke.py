@@ -43,7 +43,8 @@ def run_on_cpu(script: Path, tree: Path, *options: str) -> None:
     proc = subprocess.run(
         [sys.executable, str(script), "--smoke", *options],
         cwd=REPO,
-        env={**os.environ, "VLLM_FORK_TREE": str(tree)},
+        # This checkout's packages, not an older installed copy of them.
+        env={**os.environ, "VLLM_FORK_TREE": str(tree), "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         timeout=600,
@@ -145,6 +146,7 @@ def test_a_saved_run_is_taken_again_from_its_timings_alone(smoke_run, tmp_path: 
     proc = subprocess.run(
         [sys.executable, str(BENCHMARK), "--reanalyze", str(saved), "--out-dir", str(out)],
         cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         timeout=120,
