@@ -8,7 +8,6 @@ N tokens (image_of_tokens) into exactly the image tokens the engine tests count 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
