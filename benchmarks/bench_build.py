@@ -1,4 +1,4 @@
-"""Build speed, measured in one run: `python benchmarks/bench_build.py [--skip-precompiled]`.
+"""Build speed, measured in one run: `python benchmarks/bench_build.py [--skip-precompiled] [--smoke] [--out FILE]`.
 
 Figures (seconds unless noted), written to benchmarks/results/build.json:
 - key_ms: the ops key of build/vllm (median of 25), in-process
@@ -14,6 +14,7 @@ Figures (seconds unless noted), written to benchmarks/results/build.json:
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -25,14 +26,13 @@ import time
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from vllm_fork.core.fs import write_atomic
+from vllm_fork.core.paths import cache_dir, default_tree
+from vllm_fork.ops.key import compute_key
+from vllm_fork.wheel.build import build, seed_cache
+from vllm_fork.wheel.pylayer import open_layer
 
-from vllm_fork.core.fs import write_atomic  # noqa: E402
-from vllm_fork.core.paths import cache_dir, default_tree  # noqa: E402
-from vllm_fork.ops.key import compute_key  # noqa: E402
-from vllm_fork.wheel.build import build, seed_cache  # noqa: E402
-from vllm_fork.wheel.pylayer import open_layer  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def timed(cmd, cwd, env=None) -> float:
@@ -58,49 +58,67 @@ def members(wheel: Path) -> list[tuple[str, str]]:
         return [(i.filename, hashlib.sha256(zf.read(i)).hexdigest()) for i in zf.infolist()]
 
 
+def clones_and_seed(results: dict[str, object], tmp: Path, invoke: list[str], tree: Path) -> None:
+    """`invoke build` in fresh clones (warm cache, then downloads only) and `ops.seed`, into `results`."""
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(tmp / "clone")], check=True)
+    results["build_fresh_clone_warm_cache_s"] = round(timed(invoke + ["build"], tmp / "clone"), 2)
+
+    fresh = downloads_only_cache(tmp / "cache")
+    env = {**os.environ, "VLLM_FORK_CACHE": str(fresh)}
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(tmp / "clone2")], check=True)
+    results["build_fresh_clone_downloads_only_s"] = round(timed(invoke + ["build"], tmp / "clone2", env), 2)
+
+    seed_cache_dir = downloads_only_cache(tmp / "seedcache")
+    os.environ["VLLM_FORK_CACHE"] = str(seed_cache_dir)
+    try:  # the index entry it writes is byte-identical (seeding is deterministic)
+        start = time.perf_counter()
+        seed_cache(ROOT, tree)
+        results["seed_s"] = round(time.perf_counter() - start, 2)
+    finally:
+        del os.environ["VLLM_FORK_CACHE"]
+    subprocess.run(["git", "-C", str(ROOT), "checkout", "-q", "--", "ops-cache/index.json"], check=False)
+
+
 def main() -> None:
-    skip_precompiled = "--skip-precompiled" in sys.argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "build.json")
+    parser.add_argument("--skip-precompiled", action="store_true", help="leave out vLLM's precompiled route (~70 s)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="each step once, the fast route only, no fresh clones: no timing claims"
+    )
+    args = parser.parse_args()
+    skip_precompiled = args.skip_precompiled or args.smoke
+    repeats = 1 if args.smoke else 25
     results: dict[str, object] = {"machine": f"{os.cpu_count()} cores"}
     invoke = [sys.executable, "-m", "invoke"]
     timed(invoke + ["build"], ROOT)  # make sure everything is warm
 
     tree = default_tree(ROOT)
     times = []
-    for _ in range(25):
+    for _ in range(repeats):
         start = time.perf_counter()
         compute_key(tree, "HEAD", ROOT)
         times.append((time.perf_counter() - start) * 1000)
     results["key_ms"] = round(statistics.median(times), 1)
     results["ops_key_cli_s"] = round(timed(invoke + ["ops.key"], ROOT), 2)
     times = []
-    for _ in range(25):
+    for _ in range(repeats):
         start = time.perf_counter()
         open_layer(tree, "refs/fork/upstream").close()
         times.append((time.perf_counter() - start) * 1000)
     results["pylayer_check_ms"] = round(statistics.median(times), 1)
 
-    results["build_warm_s"] = round(statistics.median(timed(invoke + ["build"], ROOT) for _ in range(3)), 2)
+    results["build_warm_s"] = round(
+        statistics.median(timed(invoke + ["build"], ROOT) for _ in range(1 if args.smoke else 3)), 2
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        subprocess.run(["git", "clone", "-q", str(ROOT), str(tmp / "clone")], check=True)
-        results["build_fresh_clone_warm_cache_s"] = round(timed(invoke + ["build"], tmp / "clone"), 2)
-
-        fresh = downloads_only_cache(tmp / "cache")
-        env = {**os.environ, "VLLM_FORK_CACHE": str(fresh)}
-        subprocess.run(["git", "clone", "-q", str(ROOT), str(tmp / "clone2")], check=True)
-        results["build_fresh_clone_downloads_only_s"] = round(timed(invoke + ["build"], tmp / "clone2", env), 2)
-
-        seed_cache_dir = downloads_only_cache(tmp / "seedcache")
-        os.environ["VLLM_FORK_CACHE"] = str(seed_cache_dir)
-        try:  # the index entry it writes is byte-identical (seeding is deterministic)
-            start = time.perf_counter()
-            seed_cache(ROOT, tree)
-            results["seed_s"] = round(time.perf_counter() - start, 2)
-        finally:
-            del os.environ["VLLM_FORK_CACHE"]
-        subprocess.run(["git", "-C", str(ROOT), "checkout", "-q", "--", "ops-cache/index.json"], check=False)
-
+        if args.smoke:
+            fast = build(ROOT, route="fast", apply=False, out_dir=tmp / "fast")
+            results["fast_route_s"] = fast.record["timings"]["total"]
+        else:
+            clones_and_seed(results, tmp, invoke, tree)
         if not skip_precompiled:
             fast = build(ROOT, route="fast", apply=False, out_dir=tmp / "fast")
             slow = build(ROOT, route="precompiled", apply=False, out_dir=tmp / "precompiled")
@@ -111,7 +129,7 @@ def main() -> None:
             )
             results["identical_members"] = members(fast.wheel) == members(slow.wheel)
 
-    write_atomic(ROOT / "benchmarks" / "results" / "build.json", json.dumps(results, indent=2) + "\n")
+    write_atomic(args.out, json.dumps(results, indent=2) + "\n")
     width = max(map(len, results))
     for name, value in results.items():
         print(f"{name:<{width}}  {value}")

@@ -13,6 +13,7 @@ verified sdists, and a fork checkout of this repository's queue on which
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -21,14 +22,18 @@ import time
 from pathlib import Path
 
 from vllm_fork.core.fs import write_atomic
+from vllm_fork_testkit.fork_copy import queue_checkout
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+
 BUDGET_S = 30.0
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "rebase.json")
+    parser.add_argument("--smoke", action="store_true", help="the hop down only, no warm hop back: every step, once")
+    args = parser.parse_args()
     from vllm_fork.core.paths import cache_dir
     from vllm_fork.rebase.target import release_versions
     from vllm_fork.upstream.download import fetch
@@ -48,14 +53,12 @@ def main() -> int:
         (tmp / "cache" / "downloads").mkdir(parents=True)
         for name in (prev_sdist.filename, pin.sdist.filename):
             os.symlink(shared / "downloads" / name, tmp / "cache" / "downloads" / name)
-        from test_rebase_real import fork_copy
-
         from vllm_fork.queue import apply as queue
         from vllm_fork.queue import check as check_mod
         from vllm_fork.rebase import run as rebase
         from vllm_fork.rebase.state import Options
 
-        root = fork_copy(tmp / "fork")
+        root = queue_checkout(tmp / "fork")
         queue.apply(root)  # the user's state before a rebase: imports the pinned sdist
         from vllm_fork.upstream.pin import Artifact
         from vllm_fork.upstream.sources import ensure_upstream
@@ -69,8 +72,8 @@ def main() -> int:
         down = rebase.start(root, to=previous, options=Options(run_tests=False))
         cold = time.perf_counter() - t0
         t0 = time.perf_counter()
-        up = rebase.start(root, latest=True, options=Options(run_tests=False))
-        warm = time.perf_counter() - t0
+        up = down if args.smoke else rebase.start(root, latest=True, options=Options(run_tests=False))
+        warm = 0.0 if args.smoke else time.perf_counter() - t0
         problems = check_mod.check(root)
     result = {
         "hop": f"{pin.version} -> {previous} -> {pin.version}",
@@ -86,8 +89,7 @@ def main() -> int:
         "check_after": problems,
     }
     result = {"command": "python benchmarks/bench_rebase.py", **result}
-    out = ROOT / "benchmarks" / "results" / "rebase.json"
-    write_atomic(out, json.dumps(result, indent=1) + "\n")
+    write_atomic(args.out, json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
     return 0 if result["within_budget"] else 1
 

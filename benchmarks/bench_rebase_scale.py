@@ -4,7 +4,7 @@
     python benchmarks/bench_rebase_scale.py [--to 0.32.0] [--count 100]
 
 Setup (untimed): a fork checkout of this repository's queue and pin, `invoke apply`,
-then `--count` small Python-only patches committed on top (tests/support/scale_queue.py:
+then `--count` small Python-only patches committed on top (vllm_fork_testkit/scale_queue.py:
 clean, stacked, 3-way, conflicting and drop-after ones, aimed at the hop to `--to`).
 Timed, in order: export, apply (warm tree), check (cold: first scratch tree; then warm), build (apply + wheel, warm ops cache),
 survey (`invoke rebase --survey`), and the full rebase hop to `--to` (every conflict
@@ -23,25 +23,22 @@ import tempfile
 import time
 from pathlib import Path
 
+from vllm_fork.core.fs import write_atomic
+from vllm_fork.core.git import git, operation_in_progress
+from vllm_fork.queue import apply as queue
+from vllm_fork.queue import check as check_mod
+from vllm_fork.queue.export import export
+from vllm_fork.queue.series import read_series
+from vllm_fork.rebase import run as rebase
+from vllm_fork.rebase.state import Options
+from vllm_fork.rebase.target import resolve_target
+from vllm_fork.upstream.pin import load_pin
+from vllm_fork.upstream.sources import ensure_upstream
+from vllm_fork.wheel.build import build
+from vllm_fork_testkit.fork_copy import commit_all, queue_checkout
+from vllm_fork_testkit.scale_queue import generate
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from support.fork_copy import commit_all, queue_checkout  # noqa: E402
-from support.scale_queue import generate  # noqa: E402
-
-from vllm_fork.core.fs import write_atomic  # noqa: E402
-from vllm_fork.core.git import git, operation_in_progress  # noqa: E402
-from vllm_fork.queue import apply as queue  # noqa: E402
-from vllm_fork.queue import check as check_mod  # noqa: E402
-from vllm_fork.queue.export import export  # noqa: E402
-from vllm_fork.queue.series import read_series  # noqa: E402
-from vllm_fork.rebase import run as rebase  # noqa: E402
-from vllm_fork.rebase.state import Options  # noqa: E402
-from vllm_fork.rebase.target import resolve_target  # noqa: E402
-from vllm_fork.upstream.pin import load_pin  # noqa: E402
-from vllm_fork.upstream.sources import ensure_upstream  # noqa: E402
-from vllm_fork.wheel.build import build  # noqa: E402
 
 TARGETS = {"survey_s": 15.0, "check_s": 5.0}
 
@@ -53,11 +50,16 @@ def timed(fn):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--to", default="0.32.0")
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "rebase_scale.json")
+    parser.add_argument(
+        "--smoke", action="store_true", help="10 generated patches instead of --count: no timing claims"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.count = 10
     with tempfile.TemporaryDirectory(prefix="bench-rebase-scale-") as tmp:
         root = queue_checkout(Path(tmp) / "fork")
         tree = root / "build" / "vllm"

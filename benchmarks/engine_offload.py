@@ -3,8 +3,8 @@
 One run, one GPU, the patched vLLM Python tree (on the GPU test machine:
 `bash .gpu/run.sh python3 benchmarks/engine_offload.py --out-dir DIR`). A
 Qwen3-VL checkpoint with a full-size 8B vision tower is made on the spot
-(`tests/gpu/vlm_checkpoint.py`, dummy weights); each mode runs in its own
-process (`tests/gpu/engine_probe.py`). Reports weights on the GPU, KV cache
+(`vllm_fork_testkit/vlm_checkpoint.py`, dummy weights); each mode runs in its own
+process (`python -m vllm_fork_testkit.engine_probe`). Reports weights on the GPU, KV cache
 capacity, pinned host bytes, RSS, and the latency of a one-image request
 (2223 image tokens, a new image each time): first token (`max_tokens=1`)
 and total (`max_tokens=16`), median over the repeats. The same run then
@@ -31,9 +31,7 @@ from pathlib import Path
 from vllm_fork.core.fs import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU_TESTS = ROOT / "tests" / "gpu"
-sys.path.insert(0, str(GPU_TESTS))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+
 
 MiB = 1 << 20
 
@@ -43,7 +41,8 @@ def probe(checkpoint: Path, mode: str, repeats: int, workdir: Path) -> dict:
     subprocess.run(
         [
             sys.executable,
-            str(GPU_TESTS / "engine_probe.py"),
+            "-m",
+            "vllm_fork_testkit.engine_probe",
             str(checkpoint),
             "--mode",
             mode,
@@ -166,7 +165,8 @@ def main() -> None:
     parser.add_argument("--command", help="the command to record (default: argv)")
     args = parser.parse_args()
     import torch
-    from vlm_checkpoint import make_checkpoint
+
+    from vllm_fork_testkit.vlm_checkpoint import make_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

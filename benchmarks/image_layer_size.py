@@ -37,13 +37,12 @@ import venv
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from vllm_fork.core.fs import write_atomic
+from vllm_fork.core.git import git
+from vllm_fork.upstream.download import fetch
+from vllm_fork.upstream.pin import load_pin
 
-from vllm_fork.core.fs import write_atomic  # noqa: E402
-from vllm_fork.core.git import git  # noqa: E402
-from vllm_fork.upstream.download import fetch  # noqa: E402
-from vllm_fork.upstream.pin import load_pin  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 SCRIPT = REPO / "scripts" / "image_delta.py"
 
@@ -108,10 +107,15 @@ def run(cmd: list, **kw) -> subprocess.CompletedProcess:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", type=Path, default=REPO / "build" / "vllm")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (printed)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "image_layer_size.json")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="no bytecode compile of the whole install (minutes on 2 cores): no size claims",
+    )
     args = parser.parse_args()
     pin = load_pin(REPO)
     official = fetch("vllm", pin.wheel.filename, pin.wheel.sha256)
@@ -125,7 +129,8 @@ def main() -> int:
         env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", official], env=env)
         site = next((env_dir / "lib").glob("python3.*/site-packages"))
-        run([py, "-m", "compileall", "-q", "-j", "2", site / "vllm"], env=env)
+        if not args.smoke:
+            run([py, "-m", "compileall", "-q", "-j", "2", site / "vllm"], env=env)
         package = [
             p
             for p in [*(site / "vllm").rglob("*"), *(site / f"vllm-{pin.version}.dist-info").rglob("*")]

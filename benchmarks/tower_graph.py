@@ -43,15 +43,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import tower_pipeline as tp
+
+from vllm_fork.core.fs import write_atomic
+from vllm_fork_testkit import encode_bench as eb
+from vllm_fork_testkit import trace_gaps
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-import encode_bench as eb  # noqa: E402
-import tower_pipeline as tp  # noqa: E402
-import trace_gaps  # noqa: E402
-
-from vllm_fork.core.fs import write_atomic  # noqa: E402
 
 MiB = 1 << 20
 SINGLE_TOKENS = (64, 256, 1024, 2223)

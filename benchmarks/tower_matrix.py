@@ -1,6 +1,6 @@
 """The tower matrix on a GPU: every multimodal tower family, resident vs streamed.
 
-For each family in tests/gpu/tower_families/ (vLLM 0.33.0's model classes,
+For each family in vllm_fork_testkit/tower_families/ (vLLM 0.33.0's model classes,
 built from their released models' tower dimensions with random bf16 weights),
 one family after the other (each freed before the next):
 
@@ -57,10 +57,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
-import tower_families as tf  # noqa: E402
-
-from vllm_fork.core.fs import write_atomic  # noqa: E402
+from vllm_fork.core.fs import write_atomic
+from vllm_fork_testkit import tower_families as tf
 
 # Test hook, read by the child only: the family named here kills its process
 # (SIGKILL) when it starts, as a device-side assert or a segfault would.
@@ -123,11 +121,10 @@ def main() -> None:
 
 
 def import_vllm_on_cpu() -> None:
-    """Import the patched tree as the CPU tests do (tests/patches/vllm_cpu.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "patches"))
-    import vllm_cpu
+    """Import the patched tree as the CPU tests do."""
+    from vllm_fork_testkit.vllm_tree import ensure_tree, import_on_cpu
 
-    vllm_cpu.import_on_cpu(vllm_cpu.ensure_tree())
+    import_on_cpu(ensure_tree())
 
 
 # -- the parent: children for the families, rows to JSON and Markdown ----------

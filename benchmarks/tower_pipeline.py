@@ -3,7 +3,7 @@
 One run, one GPU, the patched vLLM Python tree. Two Qwen3-VL vision towers,
 built as vLLM's Qwen3-VL model builds them (`Qwen3_VisionTransformer`, random
 bf16 weights): 2B-sized (Qwen3-VL-2B's vision config, 776 MiB) and 8B-sized
-(tests/gpu/vlm_checkpoint.VISION, 1099 MiB). For every case in `CASES` (single
+(vllm_fork_testkit/vlm_checkpoint.VISION, 1099 MiB). For every case in `CASES` (single
 images of 64 to 9000 tokens, batches of 3 and 8 images of mixed sizes in one
 encode, videos with a temporal grid of 2 and 8, a run of encodes whose shape
 changes every encode) and every lookahead in 1, 2, 3 (vLLM's
@@ -30,7 +30,7 @@ changes every encode) and every lookahead in 1, 2, 3 (vLLM's
 
 Times are CUDA-event medians after warm-up (see encode_bench.Repeats). One
 copy-bound case is also profiled (torch.profiler, `--profile`); its trace is
-kept and summarized by benchmarks/trace_gaps.py: per-stream busy time and the
+kept and summarized by vllm_fork_testkit/trace_gaps.py: per-stream busy time and the
 gaps between consecutive copies on the copy stream.
 
     python3 benchmarks/tower_pipeline.py --out-dir benchmarks/results/tower_pipeline
@@ -60,17 +60,15 @@ from typing import Any
 
 import torch
 
+from vllm_fork.core.fs import write_atomic
+from vllm_fork_testkit import encode_bench as eb
+from vllm_fork_testkit import tower_families as tf
+from vllm_fork_testkit import trace_gaps
+from vllm_fork_testkit.vlm_checkpoint import VISION as QWEN3_VL_8B_VISION
+from vllm_fork_testkit.vlm_checkpoint import VISION_QWEN3_2B as QWEN3_VL_2B_VISION
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO / "tests" / "gpu"))
-import encode_bench as eb  # noqa: E402
-import tower_families as tf  # noqa: E402
-import trace_gaps  # noqa: E402
-from vlm_checkpoint import VISION as QWEN3_VL_8B_VISION  # noqa: E402
-from vlm_checkpoint import VISION_QWEN3_2B as QWEN3_VL_2B_VISION  # noqa: E402
-
-from vllm_fork.core.fs import write_atomic  # noqa: E402
 
 MiB = 1 << 20
 Grid = tuple[int, int, int]  # (t, h, w) in patches, before the 2x2 merge
@@ -836,8 +834,7 @@ def make_setup(
     patched tree on the CPU (as tests/patches imports it) in fp32, once each. Exits with a
     message naming `script` when a GPU run finds no GPU."""
     if smoke:
-        sys.path.insert(0, str(REPO / "tests" / "patches"))
-        from vllm_cpu import ensure_tree, import_on_cpu
+        from vllm_fork_testkit.vllm_tree import ensure_tree, import_on_cpu
 
         import_on_cpu(ensure_tree())
         # Tiny ops: one thread runs them faster than a pool (and shares a CI machine better).
@@ -1127,7 +1124,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             else:
                 lines += [
                     f"{prof['encodes']} warm encodes under torch.profiler; trace: `{prof['trace']}` "
-                    "(`python3 benchmarks/trace_gaps.py` re-reads it).",
+                    "(`python3 -m vllm_fork_testkit.trace_gaps` re-reads it).",
                     "",
                     trace_gaps.render_markdown(prof["summary"]),
                 ]

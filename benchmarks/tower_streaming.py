@@ -37,7 +37,6 @@ import torch
 from vllm_fork.core.fs import write_atomic
 
 # The GPU tests' helpers: the Qwen3-VL-8B vision config, building and seeding as vLLM's loader does.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
 
 MiB = 1 << 20
 GRID = [[1, 78, 114]]
@@ -51,18 +50,20 @@ TARGETS = {
 
 
 def vision_config():
-    """Qwen3-VL-8B's vision tower, as the GPU tests build it (tests/gpu/vlm_checkpoint.VISION)."""
+    """Qwen3-VL-8B's vision tower, as the GPU tests build it (vllm_fork_testkit/vlm_checkpoint.VISION)."""
     from transformers.models.qwen3_vl.configuration_qwen3_vl import (
         Qwen3VLVisionConfig,
     )
-    from vlm_checkpoint import VISION
+
+    from vllm_fork_testkit.vlm_checkpoint import VISION
 
     return Qwen3VLVisionConfig(**VISION)
 
 
 def build_tower(seed: int = 0) -> torch.nn.Module:
-    from tower_families import loader_defaults, seed_weights
     from vllm.model_executor.models.qwen3_vl import Qwen3_VisionTransformer
+
+    from vllm_fork_testkit.tower_families import loader_defaults, seed_weights
 
     with loader_defaults("cuda", torch.bfloat16):
         tower = Qwen3_VisionTransformer(vision_config(), prefix="visual")
@@ -194,7 +195,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("tower_streaming.py needs a CUDA GPU")
 
-    from tower_families import vllm_context
+    from vllm_fork_testkit.tower_families import vllm_context
 
     with vllm_context("nccl"):
         run_all(args)

@@ -2,6 +2,8 @@
 # Stage everything one H200 session runs into .gpu/ (git-excluded; carried with `carry: [".gpu"]`):
 # the patched tree and stand-ins (../shared/gpu/pack.sh), the fork's GPU tests and benchmarks,
 # and the vLLM-tree tests of the patches. Run from the checkout's root after `invoke apply`.
+# vllm_fork_testkit (what the tests and benchmarks share) is not copied: the device runs from the
+# checkout's root, which .gpu/run.sh puts on PYTHONPATH.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tree=build/vllm
@@ -25,28 +27,6 @@ cp -r "$tree/tests/model_executor/offloader" .gpu/tree/tests/model_executor/
 cp "$tree/tests/config/test_mm_processor_cache_shm.py" .gpu/tree/tests/config/
 cp "$tree/tests/kernels/attention/test_mm_encoder_sdpa_host_cu_seqlens.py" .gpu/tree/tests/kernels/attention/
 git -C "$tree" rev-parse HEAD^{tree} > .gpu/repo/TREE
-# AB_BASE=<rev of build/vllm, or another patched tree's directory, e.g. main's build/vllm>: the
-# base's version of every file under vllm/ that differs, for `run.sh ab` (base and current
-# alternated on one machine: the lent host's speed drifts from call to call by more than most
-# changes are worth). Files in both trees only.
-rm -rf .gpu/ab-base
-if [ -n "${AB_BASE:-}" ]; then
-  mkdir -p .gpu/ab-base
-  if [ -d "$AB_BASE" ]; then
-    # An `if`, not `&&`: under `set -e` a last path that does not differ would end the script.
-    (cd "$tree" && git ls-files vllm/) | while read -r path; do
-      if [ -f "$AB_BASE/$path" ] && ! cmp -s "$AB_BASE/$path" "$tree/$path"; then echo "$path"; fi
-    done > .gpu/ab-base/FILES
-  else
-    git -C "$tree" diff --name-only --diff-filter=M "$AB_BASE" HEAD -- vllm/ > .gpu/ab-base/FILES
-  fi
-  while read -r path; do
-    mkdir -p ".gpu/ab-base/$(dirname "$path")"
-    if [ -d "$AB_BASE" ]; then cp "$AB_BASE/$path" ".gpu/ab-base/$path"
-    else git -C "$tree" show "$AB_BASE:$path" > ".gpu/ab-base/$path"; fi
-  done < .gpu/ab-base/FILES
-  echo "stage.sh: AB_BASE $AB_BASE: $(wc -l < .gpu/ab-base/FILES) file(s) for run.sh ab"
-fi
 # The device takes at most 64 MiB per call: the checkout's tracked and untracked-not-ignored files
 # plus .gpu/. The Mistral-format wheels (~16 MB) serve only `run.sh matrix`'s pixtral, mistral3 and
 # voxtral towers, so they are the first to go when the committed results have grown too large.
@@ -58,8 +38,7 @@ carried_bytes() {
 if [ "$(carried_bytes)" -gt "$limit" ]; then
   for wheel in "$extra"/*.whl; do rm -f ".gpu/wheels/$(basename "$wheel")"; done
   echo "stage.sh: over the device's 64 MiB: left out the Mistral-format wheels" \
-    "(run.sh matrix's pixtral, mistral3 and voxtral towers will fail to import; for that call," \
-    "move older benchmarks/results/gpu-* folders out of the checkout and stage again)" >&2
+    "(run.sh matrix's pixtral, mistral3 and voxtral towers will fail to import)" >&2
 fi
 carried=$(carried_bytes)
 echo "stage.sh: $((carried / 1024 / 1024)) MiB carried with .gpu/ ($(du -sh .gpu | cut -f1) of it .gpu/)"

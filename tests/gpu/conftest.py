@@ -1,6 +1,6 @@
 """What the GPU tests share: this folder on sys.path, the checkpoints made on the spot, results.
 
-Checkpoints (tests/gpu/vlm_checkpoint.py) are made once per session and family, when a test
+Checkpoints (vllm_fork_testkit/vlm_checkpoint.py) are made once per session and family, when a test
 first asks for one; figures go to `$VLLM_FORK_RESULTS` (engine_runs.record).
 """
 
@@ -23,7 +23,7 @@ class Checkpoints(dict):
         self.factory = factory
 
     def __missing__(self, family: str) -> Path:
-        from vlm_checkpoint import make_checkpoint
+        from vllm_fork_testkit.vlm_checkpoint import make_checkpoint
 
         self[family] = make_checkpoint(family, self.factory.mktemp(family))
         return self[family]

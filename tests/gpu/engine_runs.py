@@ -38,7 +38,17 @@ def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600) -> d
     out = checkpoint.parent / f"probe-{mode}-{'-'.join(extra) or 'eager'}.json"
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}
     proc = subprocess.run(
-        [sys.executable, str(HERE / "engine_probe.py"), str(checkpoint), "--mode", mode, "--out", str(out), *extra],
+        [
+            sys.executable,
+            "-m",
+            "vllm_fork_testkit.engine_probe",
+            str(checkpoint),
+            "--mode",
+            mode,
+            "--out",
+            str(out),
+            *extra,
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -24,7 +24,7 @@ import psutil
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from engine_probe import harness_kwargs  # noqa: E402
+from vllm_fork_testkit.engine_probe import harness_kwargs  # noqa: E402
 
 
 def free_port() -> int:

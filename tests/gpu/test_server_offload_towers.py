@@ -51,7 +51,8 @@ def chat(client, model: str, image_url: str, max_tokens: int = 8):
 def test_serve_streams_towers_for_concurrent_image_chats(checkpoint, tmp_path):
     import openai
     from server import vllm_serve
-    from vlm_checkpoint import image_data_url, image_of_tokens
+
+    from vllm_fork_testkit.vlm_checkpoint import image_data_url, image_of_tokens
 
     options = {"offload_backend": "prefetch", "offload_towers": True}
     with vllm_serve(checkpoint, options=options, log=tmp_path / "serve.log") as server:
@@ -98,7 +99,8 @@ def test_mm_processor_cache_host_memory_per_process(checkpoint, tmp_path, cache_
     """Fill a 2 GiB processor cache with distinct images; read RSS per process."""
     import openai
     from server import vllm_serve
-    from vlm_checkpoint import image_data_url, image_of_tokens
+
+    from vllm_fork_testkit.vlm_checkpoint import image_data_url, image_of_tokens
 
     cache_gb = 2
     options = {

@@ -19,7 +19,8 @@ import os
 
 import pytest
 import torch
-import tower_families as tf
+
+from vllm_fork_testkit import tower_families as tf
 
 pytestmark = [
     pytest.mark.gpu,

@@ -10,7 +10,8 @@ import gc
 
 import pytest
 import torch
-from vlm_checkpoint import VISION  # the same 8B tower the engine tests build
+
+from vllm_fork_testkit.vlm_checkpoint import VISION  # the same 8B tower the engine tests build
 
 pytestmark = [
     pytest.mark.gpu,
@@ -33,7 +34,7 @@ def vision_config(**overrides: object):
 
 @pytest.fixture(scope="module")
 def vllm_state():
-    from tower_families import vllm_context
+    from vllm_fork_testkit.tower_families import vllm_context
 
     with vllm_context("nccl") as config:
         yield config
@@ -41,8 +42,9 @@ def vllm_state():
 
 def build_tower(cls=None, seed: int = 0, **config: object) -> torch.nn.Module:
     """Build on the GPU in bf16, like vLLM's loader, with seeded weights."""
-    from tower_families import loader_defaults, seed_weights
     from vllm.model_executor.models.qwen3_vl import Qwen3_VisionTransformer
+
+    from vllm_fork_testkit.tower_families import loader_defaults, seed_weights
 
     cls = cls or Qwen3_VisionTransformer
     with loader_defaults("cuda", torch.bfloat16):

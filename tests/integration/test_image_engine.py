@@ -23,13 +23,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support.fork_copy import fork_with_wheel
 from support.image_probe import PROBE
 from support.scratch import module_scratch
 
 from vllm_fork.image import base as standin_base
 from vllm_fork.image import registry_push
 from vllm_fork.upstream.pin import load_pin
+from vllm_fork_testkit.fork_copy import fork_with_wheel
 
 pytestmark = pytest.mark.slow
 

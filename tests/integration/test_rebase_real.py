@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from packaging.version import Version
-from support.fork_copy import queue_checkout
 
 from vllm_fork.core.git import git
 from vllm_fork.core.paths import REPO_ROOT
@@ -29,6 +28,7 @@ from vllm_fork.rebase.target import release_versions
 from vllm_fork.upstream.pin import load_pin
 from vllm_fork.upstream.pkgindex import list_files
 from vllm_fork.upstream.sources import ensure_upstream
+from vllm_fork_testkit.fork_copy import queue_checkout
 
 REPO = REPO_ROOT
 pytestmark = pytest.mark.slow

@@ -12,8 +12,6 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from support.fork_copy import commit_all, queue_checkout
-from support.scale_queue import generate
 
 from vllm_fork.core.git import out
 from vllm_fork.queue import apply as queue
@@ -24,6 +22,8 @@ from vllm_fork.rebase.state import Options
 from vllm_fork.rebase.target import resolve_target
 from vllm_fork.upstream.pin import load_pin
 from vllm_fork.upstream.sources import ensure_upstream
+from vllm_fork_testkit.fork_copy import commit_all, queue_checkout
+from vllm_fork_testkit.scale_queue import generate
 
 TARGET = "0.32.0"
 pytestmark = pytest.mark.slow

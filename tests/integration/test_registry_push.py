@@ -19,13 +19,13 @@ import urllib.request
 import zipfile
 
 import pytest
-from support.fork_copy import fork_with_wheel
 from support.scratch import module_scratch
 
 from vllm_fork.image import registry_push
 from vllm_fork.image.base import LABEL_PYTHON, LABEL_SITE_PACKAGES, OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST
 from vllm_fork.image.wheel import load_wheel
 from vllm_fork.upstream.pin import load_pin
+from vllm_fork_testkit.fork_copy import fork_with_wheel
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """The tower matrix on the CPU: every family's tiny tower, resident vs streamed.
 
-For each family in tests/gpu/tower_families.py: build the tiny tower the way
+For each family in vllm_fork_testkit/tower_families/: build the tiny tower the way
 its vLLM model does, encode real-shaped inputs through the model's own
 `_process_image_input` (or audio equivalent), then wrap the same towers with
 the prefetch offloader (`offload_towers=True`, as `_mark_tower_model` does)
@@ -29,8 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
-import tower_families as tf  # noqa: E402
+from vllm_fork_testkit import tower_families as tf
 
 pytestmark = [
     pytest.mark.skip_global_cleanup,
@@ -135,6 +134,7 @@ def test_matrix_records_a_family_that_kills_its_process_and_runs_the_rest(vllm_t
     """benchmarks/tower_matrix.py: a family whose process dies (on the GPU, a device-side assert)
     is an error row with the child's last lines; a new child runs the families after it."""
     env = {**os.environ, "VLLM_FORK_TREE": str(vllm_tree), "TOWER_MATRIX_CRASH_IN": "qwen2_vl"}
+    env["PYTHONPATH"] = str(BENCHMARK.parents[1])  # this checkout's packages, not an older installed copy
     command = [sys.executable, str(BENCHMARK), "--size", tf.TINY, "--device", "cpu"]
     command += ["--families", "llava,qwen2_vl,idefics3", "--repeats", "1", "--out-dir", str(tmp_path)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)

@@ -1,4 +1,4 @@
-"""The checkpoints the GPU engine and server tests make (tests/gpu/vlm_checkpoint.py), checked on
+"""The checkpoints the GPU engine and server tests make (vllm_fork_testkit/vlm_checkpoint.py), checked on
 the CPU: a GPU session is too scarce to find a broken config or processor there.
 
 For each family: transformers and vLLM's own config loader read the directory as the published
@@ -8,13 +8,11 @@ N tokens (image_of_tokens) into exactly the image tokens the engine tests count 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
-import vlm_checkpoint as ckpt  # noqa: E402
+from vllm_fork_testkit import vlm_checkpoint as ckpt
 
 ARCHITECTURES = {
     "qwen3_vl": "Qwen3VLForConditionalGeneration",

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.fork_copy import copy_repository, fork_with_wheel
 from support.scratch import module_scratch
 
 from vllm_fork.core.errors import ForkError
@@ -28,6 +27,7 @@ from vllm_fork.image import plan as img
 from vllm_fork.image import stage as docker_stage
 from vllm_fork.image.engine import BUILDX, builder_kind
 from vllm_fork.ops import cache as opscache
+from vllm_fork_testkit.fork_copy import copy_repository, fork_with_wheel
 
 pytestmark = pytest.mark.slow  # the real wheel (the shared cache; seconds when warm)
 

@@ -1,22 +1,21 @@
-"""benchmarks/trace_gaps.py on two real H200 traces of the same streamed encode (2B Qwen3-VL
+"""vllm_fork_testkit/trace_gaps.py on two real H200 traces of the same streamed encode (2B Qwen3-VL
 tower, 64-token image, 5 encodes), before and after patch 0003 moved the SDPA ViT wrapper's
 `cu_seqlens` to the host: the per-layer `.tolist()` is a copy into pageable host memory, which
 holds the host until the device is there, and must count as a synchronizing call."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import trace_gaps  # noqa: E402
+from vllm_fork_testkit import trace_gaps
 
-RUN = ROOT / "benchmarks" / "results" / "gpu-2026-12-02b"
-BEFORE = RUN / "3-pipeline" / "tower_pipeline" / "tower_pipeline_trace.json.gz"
-AFTER = RUN / "4-recheck-f98f7b1" / "tower_pipeline" / "tower_pipeline_trace.json.gz"
+# Kept from the GPU runs of 2026-12-02b (3-pipeline, 4-recheck-f98f7b1) and 2026-12-02e
+# (3-encgraphs-graph); the runs' other results are in git at a3949c7:benchmarks/results/.
+TRACES = Path(__file__).resolve().parent / "data" / "traces"
+BEFORE = TRACES / "pipeline-2B-image-64-before-patch-0003.json.gz"
+AFTER = TRACES / "pipeline-2B-image-64-after-patch-0003.json.gz"
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +46,13 @@ def test_the_report_names_the_sync_time(summaries):
     assert "0.00 ms in synchronizing calls" in trace_gaps.render_markdown(summaries["after"])
 
 
-GRAPHS = ROOT / "benchmarks" / "results" / "gpu-2026-12-02e" / "3-encgraphs-graph" / "tower_graph"
-
-
 def test_kernel_totals_show_a_streamed_graph_runs_the_resident_kernels():
     """One CUDA graph replay each of the 8B tower on 8 images, resident and streamed
     (lookahead 3, `tower_graph.py --profile batch-8:3`): the same kernels for the same time;
     what streaming adds is a copy stream carrying the whole tower."""
     totals, copies = {}, {}
     for name in ("resident", "streamed"):
-        events = trace_gaps.load_events(GRAPHS / f"trace-8B-batch-8-{name}.json.gz")
+        events = trace_gaps.load_events(TRACES / f"graph-8B-batch-8-{name}.json.gz")
         ranked = trace_gaps.kernel_totals(events, top=1000)
         assert [k["total_us"] for k in ranked] == sorted((k["total_us"] for k in ranked), reverse=True)
         totals[name] = {k["name"]: k for k in ranked}
