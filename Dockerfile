@@ -25,9 +25,9 @@
 
 # The base: upstream's image at the pinned release. VLLM_BASE_TAG must equal `tag` in
 # upstream.toml (a test checks it). Pin the digest too, once looked up on a machine with
-# registry access:  docker buildx imagetools inspect vllm/vllm-openai:v0.33.0
+# registry access:  docker buildx imagetools inspect vllm/vllm-openai:v0.34.0
 ARG VLLM_BASE_IMAGE=vllm/vllm-openai
-ARG VLLM_BASE_TAG=v0.33.0
+ARG VLLM_BASE_TAG=v0.34.0
 ARG VLLM_BASE_DIGEST=
 ARG WHEEL_FROM=dist
 # Image for running the fork's tooling (no CUDA toolkit, on purpose: see `build` above).
