@@ -289,7 +289,7 @@ def _siglip_navit_config(size: str, **extra: Any):
             attention_dropout=0.0,
             **extra,
         ),
-        # SigLIP-so400m NaViT (PaddleOCR-VL-0.9B, Keye-VL-8B).
+        # SigLIP-so400m NaViT (PaddleOCR-VL-0.9B).
         remote_config(
             hidden_size=1152,
             intermediate_size=4304,
@@ -317,31 +317,15 @@ def _build_paddleocr_vl(host: nn.Module, size: str) -> None:
     host.mlp_AR = Projector(config, vision)
 
 
-def _patch_image_inputs(schema: str | None):
-    """Inputs as (patches, 3, P, P) with a grid (PaddleOCR-VL, Keye)."""
+def _paddleocr_vl_inputs(host: nn.Module, size: str, generator):
+    """Inputs as (patches, 3, P, P) with a grid."""
+    from vllm.model_executor.models.paddleocr_vl import PaddleOCRImagePixelInputs
 
-    def inputs(host: nn.Module, size: str, generator):
-        patch = by_size(size, 4, 14)
-        grids = by_size(size, GRIDS_TINY, GRIDS_FULL_14)
-        flat = grid_inputs(grids, 3 * patch * patch, generator, current_dtype())
-        flat["pixel_values"] = flat["pixel_values"].view(-1, 3, patch, patch)
-        if schema is None:
-            return flat
-        module, cls = schema.split(":")
-        mod = importlib.import_module(f"vllm.model_executor.models.{module}")
-        return getattr(mod, cls)(**flat, resolve_bindings={"patch_size": patch} if module == "paddleocr_vl" else None)
-
-    return inputs
-
-
-def _build_keye(host: nn.Module, size: str) -> None:
-    from vllm.model_executor.models.keye import KeyeSiglipVisionModel, Projector
-
-    vision = _siglip_navit_config(size)
-    text = remote_config(hidden_size=by_size(size, 96, 4096))
-    host.config = remote_config(vision_config=vision, text_config=text)
-    host.visual = KeyeSiglipVisionModel(vision, quant_config=None, prefix="visual")
-    host.mlp_AR = Projector(text, vision, None, "mlp_AR")
+    patch = by_size(size, 4, 14)
+    grids = by_size(size, GRIDS_TINY, GRIDS_FULL_14)
+    flat = grid_inputs(grids, 3 * patch * patch, generator, current_dtype())
+    flat["pixel_values"] = flat["pixel_values"].view(-1, 3, patch, patch)
+    return PaddleOCRImagePixelInputs(**flat, resolve_bindings={"patch_size": patch})
 
 
 def _build_kimi_vl(host: nn.Module, size: str) -> None:
@@ -622,16 +606,8 @@ FAMILIES: list[TowerFamily] = [
         "paddleocr_vl:PaddleOCRVLForConditionalGeneration",
         ("visual", "mlp_AR"),
         _build_paddleocr_vl,
-        _patch_image_inputs("paddleocr_vl:PaddleOCRImagePixelInputs"),
+        _paddleocr_vl_inputs,
         full_tower="PaddlePaddle/PaddleOCR-VL",
-    ),
-    TowerFamily(
-        "keye",
-        "keye:KeyeForConditionalGeneration",
-        ("visual", "mlp_AR"),
-        _build_keye,
-        _patch_image_inputs(None),
-        full_tower="Kwai-Keye/Keye-VL-8B-Preview",
     ),
     TowerFamily(
         "kimi_vl",
