@@ -505,6 +505,36 @@ def _lfm2_vl_inputs(host: nn.Module, size: str, generator):
     )
 
 
+def _build_lfm3_vl(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.lfm3_vl import Lfm3VlMultiModalProjector, Lfm3VlVisionModel
+    from vllm.transformers_utils.configs.lfm3_vl import Lfm3VlConfig
+
+    # LFM3-VL-2B: the defaults of vLLM's Lfm3VlVisionConfig (14 layers of width
+    # 1024, gated convolutions and every other layer from the third attention,
+    # 16-pixel patches over 2 frames, 2x2 merge) into a 4096 projector and
+    # LFM3's 2048. Tiny keeps one attention layer among the convolutions.
+    vision = by_size(
+        size,
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "patch_size": 4,
+        },
+        {},
+    )
+    config = host.config = Lfm3VlConfig(
+        vision_config=vision,
+        text_config={"hidden_size": by_size(size, 96, 2048)},
+        projector_hidden_size=by_size(size, 128, 4096),
+    )
+    # As Lfm3VlForConditionalGeneration.__init__.
+    host.vision_tower = Lfm3VlVisionModel(config.vision_config, quant_config=None, prefix="vision_tower")
+    host.multi_modal_projector = Lfm3VlMultiModalProjector(config, quant_config=None, prefix="multi_modal_projector")
+
+
 def _build_kimi_k25(host: nn.Module, size: str) -> None:
     from transformers import Kimi_K25Config
     from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
@@ -667,5 +697,14 @@ FAMILIES: list[TowerFamily] = [
         _kimi_k25_inputs,
         process="_process_media_input",
         full_tower="moonshotai/Kimi-K2.6",
+    ),
+    TowerFamily(
+        "lfm3_vl",
+        "lfm3_vl:Lfm3VlForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_lfm3_vl,
+        qwen_grid_inputs(16),
+        process="embed_multimodal",
+        full_tower="LiquidAI/LFM3-VL-2B",
     ),
 ]
