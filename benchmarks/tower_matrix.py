@@ -1,6 +1,6 @@
 """The tower matrix on a GPU: every multimodal tower family, resident vs streamed.
 
-For each family in vllm_fork_testkit/tower_families/ (vLLM 0.33.0's model classes,
+For each family in vllm_fork_testkit/tower_families/ (vLLM 0.34.0's model classes,
 built from their released models' tower dimensions with random bf16 weights),
 one family after the other (each freed before the next):
 

@@ -1,4 +1,4 @@
-"""The multimodal towers of vLLM 0.33.0, built and encoded the way their models do.
+"""The multimodal towers of vLLM 0.34.0, built and encoded the way their models do.
 
 One entry per model family whose tower can be built from a config with random
 weights. Each entry builds the children that the model class creates inside
@@ -10,7 +10,8 @@ transformers (or vLLM) config, at one of two sizes:
   (tests/gpu/test_tower_matrix.py, benchmarks/tower_matrix.py).
 
 Encoding goes through the model class's own `_process_image_input` (or its
-audio equivalent), called on a *host*: a bare instance of the model class
+audio equivalent, or `embed_multimodal` where the class has no such method),
+called on a *host*: a bare instance of the model class
 (`__new__` + `nn.Module.__init__`, no language model) holding the towers and
 the few attributes that method reads. So the forward path, casts and splits
 are upstream's, not a copy of them.

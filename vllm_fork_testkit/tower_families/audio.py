@@ -1,4 +1,4 @@
-"""Audio towers: Qwen2-Audio, Whisper's encoder, Ultravox."""
+"""Audio towers: Qwen2-Audio, Whisper's encoder, Ultravox, ..., LFM3-Audio, Ming-3.0-ASR, Nemotron-3.5-Transcribe."""
 
 from __future__ import annotations
 
@@ -297,6 +297,215 @@ def _minicpmo_audio_inputs(host: nn.Module, size: str, generator):
     )
 
 
+def _build_lfm3_audio(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.lfm3_audio import Lfm3AudioEncoder, Lfm3AudioProjector
+    from vllm.transformers_utils.configs.lfm3_audio import Lfm3AudioConfig
+
+    # LFM3-Audio-2B, in the hub checkpoints' training-export layout (as vLLM's
+    # tests/models/multimodal/processing/test_lfm3_audio.py writes it): a
+    # convolution downsampler (128 mel bins, 8 frames per token) into a 17-layer
+    # LFM2 of width 768 (convolutions, attention every third layer and the last
+    # two) with a 32-frame causal window, projected into LFM3's 2048.
+    backbone = by_size(
+        size,
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "layer_types": ["conv", "conv", "full_attention"],
+        },
+        {
+            "hidden_size": 768,
+            "intermediate_size": 2560,
+            "num_hidden_layers": 17,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "layer_types": ["conv", "conv", "full_attention"] * 5 + ["full_attention"] * 2,
+        },
+    )
+    encoder = {
+        "dim_in": by_size(size, 32, 128),
+        "dim_conv": by_size(size, 16, 256),
+        "sliding_window": 32,
+        "lfm": {
+            "model_type": "lfm2",
+            "vocab_size": 2,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
+            **backbone,
+        },
+    }
+    config = host.config = Lfm3AudioConfig(
+        lfm={"model_type": "lfm3", "hidden_size": by_size(size, 96, 2048)}, encoder=encoder
+    )
+    # As Lfm3AudioForConditionalGeneration.__init__.
+    host.audio_encoder = Lfm3AudioEncoder(config.audio_encoder_config)
+    host.audio_projector = Lfm3AudioProjector(config, prefix="audio_projector")
+
+
+def _lfm3_audio_inputs(host: nn.Module, size: str, generator):
+    # One log-mel per clip, each its own length (the processor splits the
+    # padded batch): 30 s and 12 s at 100 frames/s.
+    mels = host.config.audio_encoder_config.num_mel_bins
+    return {"input_features": [randn(generator, mels, frames) for frames in by_size(size, [600, 240], [3000, 1200])]}
+
+
+def _with_hf_config_view(dtype: torch.dtype):
+    """The current VllmConfig as `VllmConfig.with_hf_config` hands it to a tower.
+
+    The matrix's context has no model config to copy; the view carries the
+    config the tower asks for, as `model_config_view` does.
+    """
+    view = model_config_view(None, dtype)
+    view.with_hf_config = lambda hf_config, architectures=None: model_config_view(hf_config, dtype)
+    return view
+
+
+def _build_ming_v3_asr(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.ming_audio import MingAudioEncoder, MingAudioProjector
+    from vllm.transformers_utils.configs.ming_v3_asr import MingV3ASRConfig
+
+    # Ming-3.0-asr-tiny: the defaults of vLLM's MingAudioConfig (Whisper-large's
+    # encoder, 128 mel bins, 30 s chunks) and a stride-2 convolution projector
+    # into the Bailing decoder's 2048 (BailingMoeV3TextConfig's default).
+    audio = by_size(
+        size,
+        {
+            "n_mels": 32,
+            "n_audio_ctx": 300,
+            "n_audio_state": 64,
+            "n_audio_head": 4,
+            "n_audio_layer": 3,
+            "chunk_frames": 300,
+        },
+        {},
+    )
+    config = host.config = MingV3ASRConfig(audio_config=audio, text_config={"hidden_size": by_size(size, 96, 2048)})
+    host.dtype = current_dtype()
+    # As MingV3ASRForConditionalGeneration.__init__.
+    host.audio_encoder = MingAudioEncoder(
+        vllm_config=_with_hf_config_view(current_dtype()), config=config.audio_config, prefix="audio_encoder"
+    )
+    host.audio_projector = MingAudioProjector(config.audio_config, config.text_config.hidden_size)
+
+
+def _ming_v3_asr_inputs(host: nn.Module, size: str, generator):
+    # (frames, mel bins) per clip at 100 frames/s, cut into chunks of
+    # `chunk_frames` (30 s): a 42 s clip (two chunks) and a 12 s one.
+    audio = host.config.audio_config
+    frames = by_size(size, [420, 120], [4200, 1200])
+    return {
+        "audio_feats": [randn(generator, n, audio.n_mels) for n in frames],
+        "audio_feats_lengths": torch.tensor(frames),
+        "audio_chunk_frames": torch.tensor([audio.chunk_frames] * len(frames)),
+    }
+
+
+def _nemotron_encoder(d_model: int, n_heads: int, n_layers: int, feat_in: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "feat_in": feat_in,
+        "d_model": d_model,
+        "n_heads": n_heads,
+        "n_layers": n_layers,
+        "self_attention_model": "rope",
+        "subsampling_factor": 8,
+        **extra,
+    }
+
+
+def _build_nemotron3_5_transcribe(host: nn.Module, size: str) -> None:
+    from transformers.audio_utils import mel_filter_bank
+    from vllm.model_executor.models.nemotron3_5_transcribe_audio import Nemotron3_5TranscribeAudioTower
+    from vllm.transformers_utils.configs.nemotron3_5_transcribe import Nemotron3_5TranscribeConfig
+
+    # NVIDIA-Nemotron-3.5-Transcribe-30B-A4B, in its NeMo config.json layout
+    # (resolved by vLLM's config class, as for the checkpoint). Its config is
+    # not public here: the ASR encoder (1280 wide, 32 layers, per-head q/k
+    # LayerNorm, RoPE on half of each head) and the Sortformer speaker encoder
+    # (512 wide, 31 layers) are as described for the released model; the
+    # Sortformer's 8 heads are transformers' Nemotron3DiarizationAudioConfig,
+    # the ASR encoder's 20 heads an assumption (they only size the q/k norms);
+    # 128 mel bins of 25 ms windows, 8x subsampling, windows of 500 encoder
+    # frames with 50 each side (vLLM's defaults) and the NemotronH decoder's
+    # 2688 are the released model's.
+    mels = by_size(size, 16, 128)
+    asr = by_size(
+        size,
+        _nemotron_encoder(32, 4, 2, mels, qk_norm=True, rotary_fraction=0.5),
+        _nemotron_encoder(1280, 20, 32, mels, qk_norm=True, rotary_fraction=0.5),
+    )
+    speaker = by_size(size, _nemotron_encoder(24, 4, 2, mels), _nemotron_encoder(512, 8, 31, mels))
+    # Tiny: 0.8 s windows, so a few seconds span several windows and fill and
+    # compress the speaker cache (as vLLM's own tiny tower test).
+    online = by_size(
+        size,
+        {
+            "online_inference_length": 10,
+            "chunk_left_context": 2,
+            "chunk_right_context": 2,
+            "diar_fifo_len": 3,
+            "diar_spkcache_update_period": 6,
+            "diar_spkcache_len": 12,
+        },
+        {},
+    )
+    decoder_width = by_size(size, 96, 2688)
+    config = host.config = Nemotron3_5TranscribeConfig(
+        architectures=["Nemotron3_5TranscribeForConditionalGeneration"],
+        llm_config={"model_type": "nemotron_h", "hidden_size": decoder_width, "vocab_size": 1000},
+        perception={
+            "preprocessor": {"features": mels, "normalize": None, "window_size": 0.025},
+            "modality_adapter": {"_target_": "IdentityConnector", "d_model": asr["d_model"]},
+            "output_dim": decoder_width,
+        },
+        pe_encoder_config={
+            "asr_encoder_type": "transformer",
+            "asr_encoder_cfg": asr,
+            "diarization_model_cfg": {
+                "encoder": speaker,
+                "high_resolution": True,
+                "sortformer_modules": {
+                    "use_learnable_sil_emb": True,
+                    "fc_d_model": speaker["d_model"],
+                    "tf_d_model": by_size(size, 12, 192),
+                    "spkcache_sil_frames_per_spk": by_size(size, 1, 3),
+                },
+            },
+            "speaker_feature_mode": "thresholded",
+            "speaker_activity_threshold": 0.5,
+            **online,
+        },
+    )
+    # As Nemotron3_5TranscribeForConditionalGeneration.__init__.
+    host.audio_tower = Nemotron3_5TranscribeAudioTower(config.audio_config, quant_config=None, prefix="audio_tower")
+    # The featurizer's window and filterbank are buffers the checkpoint fills
+    # (not parameters, so not seeded): NeMo's symmetric Hann window and Slaney
+    # mel filters, as it computes them.
+    featurizer = host.audio_tower.preprocessor.featurizer
+    if featurizer.window.device.type != "meta":
+        filters = mel_filter_bank(
+            num_frequency_bins=featurizer.n_fft // 2 + 1,
+            num_mel_filters=mels,
+            min_frequency=0.0,
+            max_frequency=8000.0,
+            sampling_rate=16000,
+            norm="slaney",
+            mel_scale="slaney",
+        )
+        with torch.no_grad():
+            featurizer.window.copy_(torch.hann_window(featurizer.win_length, periodic=False))
+            featurizer.fb.copy_(torch.from_numpy(filters).T[None])
+
+
+def _nemotron3_5_transcribe_inputs(host: nn.Module, size: str, generator):
+    # Waveforms at 16 kHz (float32, as the processor passes them): a clip
+    # spanning two encoder windows and a short one (3 s and 1 s tiny).
+    seconds = by_size(size, [3, 1], [60, 12])
+    signals = [randn(generator, 16000 * s) * 0.1 for s in seconds]
+    return {"audio_signal": signals, "audio_signal_length": torch.tensor([len(x) for x in signals])}
+
+
 FAMILIES: list[TowerFamily] = [
     TowerFamily(
         "qwen2_audio",
@@ -370,5 +579,32 @@ FAMILIES: list[TowerFamily] = [
         _minicpmo_audio_inputs,
         process="_process_audio_input",
         full_tower="openbmb/MiniCPM-o-2_6 (audio tower)",
+    ),
+    TowerFamily(
+        "lfm3_audio",
+        "lfm3_audio:Lfm3AudioForConditionalGeneration",
+        ("audio_encoder", "audio_projector"),
+        _build_lfm3_audio,
+        _lfm3_audio_inputs,
+        process="embed_multimodal",
+        full_tower="LiquidAI/LFM3-Audio-2B",
+    ),
+    TowerFamily(
+        "ming_v3_asr",
+        "ming_v3_asr:MingV3ASRForConditionalGeneration",
+        ("audio_encoder", "audio_projector"),
+        _build_ming_v3_asr,
+        _ming_v3_asr_inputs,
+        process="embed_multimodal",
+        full_tower="inclusionAI/Ming-3.0-asr-tiny",
+    ),
+    TowerFamily(
+        "nemotron3_5_transcribe",
+        "nemotron3_5_transcribe:Nemotron3_5TranscribeForConditionalGeneration",
+        ("audio_tower",),
+        _build_nemotron3_5_transcribe,
+        _nemotron3_5_transcribe_inputs,
+        process="embed_multimodal",
+        full_tower="nvidia/NVIDIA-Nemotron-3.5-Transcribe-30B-A4B (tower dims as described; config not public)",
     ),
 ]

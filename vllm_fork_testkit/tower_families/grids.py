@@ -290,7 +290,7 @@ def _siglip_navit_config(size: str, **extra: Any):
             attention_dropout=0.0,
             **extra,
         ),
-        # SigLIP-so400m NaViT (PaddleOCR-VL-0.9B, Keye-VL-8B).
+        # SigLIP-so400m NaViT (PaddleOCR-VL-0.9B).
         remote_config(
             hidden_size=1152,
             intermediate_size=4304,
@@ -318,31 +318,15 @@ def _build_paddleocr_vl(host: nn.Module, size: str) -> None:
     host.mlp_AR = Projector(config, vision)
 
 
-def _patch_image_inputs(schema: str | None):
-    """Inputs as (patches, 3, P, P) with a grid (PaddleOCR-VL, Keye)."""
+def _paddleocr_vl_inputs(host: nn.Module, size: str, generator):
+    """Inputs as (patches, 3, P, P) with a grid."""
+    from vllm.model_executor.models.paddleocr_vl import PaddleOCRImagePixelInputs
 
-    def inputs(host: nn.Module, size: str, generator):
-        patch = by_size(size, 4, 14)
-        grids = by_size(size, GRIDS_TINY, GRIDS_FULL_14)
-        flat = grid_inputs(grids, 3 * patch * patch, generator, current_dtype())
-        flat["pixel_values"] = flat["pixel_values"].view(-1, 3, patch, patch)
-        if schema is None:
-            return flat
-        module, cls = schema.split(":")
-        mod = importlib.import_module(f"vllm.model_executor.models.{module}")
-        return getattr(mod, cls)(**flat, resolve_bindings={"patch_size": patch} if module == "paddleocr_vl" else None)
-
-    return inputs
-
-
-def _build_keye(host: nn.Module, size: str) -> None:
-    from vllm.model_executor.models.keye import KeyeSiglipVisionModel, Projector
-
-    vision = _siglip_navit_config(size)
-    text = remote_config(hidden_size=by_size(size, 96, 4096))
-    host.config = remote_config(vision_config=vision, text_config=text)
-    host.visual = KeyeSiglipVisionModel(vision, quant_config=None, prefix="visual")
-    host.mlp_AR = Projector(text, vision, None, "mlp_AR")
+    patch = by_size(size, 4, 14)
+    grids = by_size(size, GRIDS_TINY, GRIDS_FULL_14)
+    flat = grid_inputs(grids, 3 * patch * patch, generator, current_dtype())
+    flat["pixel_values"] = flat["pixel_values"].view(-1, 3, patch, patch)
+    return PaddleOCRImagePixelInputs(**flat, resolve_bindings={"patch_size": patch})
 
 
 def _build_kimi_vl(host: nn.Module, size: str) -> None:
@@ -522,6 +506,36 @@ def _lfm2_vl_inputs(host: nn.Module, size: str, generator):
     )
 
 
+def _build_lfm3_vl(host: nn.Module, size: str) -> None:
+    from vllm.model_executor.models.lfm3_vl import Lfm3VlMultiModalProjector, Lfm3VlVisionModel
+    from vllm.transformers_utils.configs.lfm3_vl import Lfm3VlConfig
+
+    # LFM3-VL-2B: the defaults of vLLM's Lfm3VlVisionConfig (14 layers of width
+    # 1024, gated convolutions and every other layer from the third attention,
+    # 16-pixel patches over 2 frames, 2x2 merge) into a 4096 projector and
+    # LFM3's 2048. Tiny keeps one attention layer among the convolutions.
+    vision = by_size(
+        size,
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "patch_size": 4,
+        },
+        {},
+    )
+    config = host.config = Lfm3VlConfig(
+        vision_config=vision,
+        text_config={"hidden_size": by_size(size, 96, 2048)},
+        projector_hidden_size=by_size(size, 128, 4096),
+    )
+    # As Lfm3VlForConditionalGeneration.__init__.
+    host.vision_tower = Lfm3VlVisionModel(config.vision_config, quant_config=None, prefix="vision_tower")
+    host.multi_modal_projector = Lfm3VlMultiModalProjector(config, quant_config=None, prefix="multi_modal_projector")
+
+
 def _build_kimi_k25(host: nn.Module, size: str) -> None:
     from transformers import Kimi_K25Config
     from vllm.model_executor.layers.fusion.mm_input_norm import build_mm_input_norm
@@ -623,16 +637,8 @@ FAMILIES: list[TowerFamily] = [
         "paddleocr_vl:PaddleOCRVLForConditionalGeneration",
         ("visual", "mlp_AR"),
         _build_paddleocr_vl,
-        _patch_image_inputs("paddleocr_vl:PaddleOCRImagePixelInputs"),
+        _paddleocr_vl_inputs,
         full_tower="PaddlePaddle/PaddleOCR-VL",
-    ),
-    TowerFamily(
-        "keye",
-        "keye:KeyeForConditionalGeneration",
-        ("visual", "mlp_AR"),
-        _build_keye,
-        _patch_image_inputs(None),
-        full_tower="Kwai-Keye/Keye-VL-8B-Preview",
     ),
     TowerFamily(
         "kimi_vl",
@@ -692,5 +698,14 @@ FAMILIES: list[TowerFamily] = [
         _kimi_k25_inputs,
         process="_process_media_input",
         full_tower="moonshotai/Kimi-K2.6",
+    ),
+    TowerFamily(
+        "lfm3_vl",
+        "lfm3_vl:Lfm3VlForConditionalGeneration",
+        ("vision_tower", "multi_modal_projector"),
+        _build_lfm3_vl,
+        qwen_grid_inputs(16),
+        process="embed_multimodal",
+        full_tower="LiquidAI/LFM3-VL-2B",
     ),
 ]

@@ -493,33 +493,6 @@ def _glm4v_inputs(host: nn.Module, size: str, generator):
     return GLMVImagePixelInputs(type="pixel_values", data=random_tiles(generator, 2, side))
 
 
-def _build_aria(host: nn.Module, size: str) -> None:
-    from transformers import AriaConfig, AriaTextConfig
-    from vllm.model_executor.models.aria import AriaProjector, AriaVisionTransformer
-
-    # rhymes-ai/Aria: SigLIP-so400m/14 at 980 (no post-norm); the projector's
-    # learned queries: 128 for 490-pixel images, 256 for 980 (by patch count).
-    config = host.config = AriaConfig(
-        vision_config={"model_type": "idefics3_vision", **by_size(size, TINY_VIT, {**SO400M_14, "image_size": 980})},
-        # A config object, not a dict: transformers 5.16 keeps a text_config dict
-        # without "model_type" as a dict and then fails on it.
-        text_config=AriaTextConfig(hidden_size=by_size(size, 96, 2560)),
-        projector_patch_to_query_dict=by_size(size, {16: 4, 64: 8}, {1225: 128, 4900: 256}),
-    )
-    host.vision_tower = AriaVisionTransformer(config.vision_config, quant_config=None, prefix="vision_tower")
-    host.multi_modal_projector = AriaProjector(config, prefix="multi_modal_projector")
-
-
-def _aria_inputs(host: nn.Module, size: str, generator):
-    from vllm.model_executor.models.aria import AriaImagePixelInputs
-
-    # Two crops of a large image at the tower's size, the second half padding.
-    side = host.config.vision_config.image_size
-    mask = torch.ones(2, side, side, dtype=torch.bool, device=generator.device)
-    mask[1, :, side // 2 :] = False
-    return AriaImagePixelInputs(type="pixel_values", pixel_values=random_tiles(generator, 2, side), pixel_mask=mask)
-
-
 def _build_interns1(host: nn.Module, size: str) -> None:
     from transformers import InternVLConfig
 
@@ -637,14 +610,6 @@ FAMILIES: list[TowerFamily] = [
         _build_glm4v,
         _glm4v_inputs,
         full_tower="THUDM/glm-4v-9b",
-    ),
-    TowerFamily(
-        "aria",
-        "aria:AriaForConditionalGeneration",
-        ("vision_tower", "multi_modal_projector"),
-        _build_aria,
-        _aria_inputs,
-        full_tower="rhymes-ai/Aria",
     ),
     TowerFamily(
         "llava_next",
