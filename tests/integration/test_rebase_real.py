@@ -65,7 +65,9 @@ def test_real_release_hop_and_back(tmp_path):
     original_pin = (root / "upstream.toml").read_bytes()
     patches = read_series(root / "patches")
 
-    down = rebase.start(root, to=previous, options=Options(run_tests=False))
+    # The known finding in the real queue (support/known_queue.py) would stop the hop at the check.
+    accept = Options(run_tests=False, accept_failing_tests=True)
+    down = rebase.start(root, to=previous, options=accept)
     assert down.done, down.report
     new_up = ensure_upstream(load_pin(root)).commit
     said = strict_outcomes(root / "build" / "vllm", new_up, patches)
@@ -81,7 +83,7 @@ def test_real_release_hop_and_back(tmp_path):
     assert "## Compiled inputs" in down.report and unexpected(check_mod.check(root)) == []
 
     # Back to the pinned release, seeding its ops artifact (its official wheel is cached).
-    up = rebase.start(root, to=pin.version, options=Options(run_tests=False, seed=True))
+    up = rebase.start(root, to=pin.version, options=Options(run_tests=False, seed=True, accept_failing_tests=True))
     assert up.done and load_pin(root).version == pin.version
     # 0.32.0 and 0.33.0 differ in csrc/: the artifact is made from the official wheel.
     assert "**Changed**" in up.report and "Seeded by this rebase" in up.report

@@ -111,6 +111,17 @@ def is_repo(path: Path) -> bool:
     return (path / ".git").exists() or (path / "HEAD").is_file() and (path / "objects").is_dir()
 
 
+#: What tools leave in a work tree without being asked (linters, test runners, the interpreter):
+#: never work of the user's, so it never blocks an apply or a build, and `git clean` may drop it.
+TOOL_CACHE_DIRS = frozenset({"__pycache__", ".ruff_cache", ".pytest_cache", ".mypy_cache"})
+
+
+def is_tool_cache(path: str) -> bool:
+    """Whether a path `git status` lists is (inside) a tool cache, or Python bytecode."""
+    parts = path.rstrip("/").split("/")
+    return bool(TOOL_CACHE_DIRS.intersection(parts)) or path.endswith((".pyc", ".pyo"))
+
+
 def dirty_paths(tree: Path) -> list[str]:
     """Uncommitted changes in a work tree, untracked files included."""
     # --porcelain: the stable "XY path" format; --untracked-files=normal: new files count, listed by folder.

@@ -11,6 +11,7 @@ from vllm_fork.queue.apply import PatchFailure
 from vllm_fork.rebase.classify import CLEAN, CONFLICT, DROPPED, RESOLVED, SKIPPED, THREE_WAY, PatchResult
 from vllm_fork.rebase.state import RebaseState, new_pin_of, old_pin_of
 from vllm_fork.rebase.survey import GONE, Forecast, Survey
+from vllm_fork.rebase.testrun import TestRun
 from vllm_fork.upstream.pin import Artifact, Pin
 
 _MARK = {
@@ -29,13 +30,20 @@ class Checks:
     """What `invoke rebase` checked after the last patch: the success report shows it."""
 
     check_problems: list[str]
-    tests_cmd: str
-    tests_rc: int | None  # None: not run
-    tests_summary: str
+    tests: TestRun
     compiled_changed: list[str]
     compiled_source: str
     seconds: float = 0.0
     seeded: str = ""  # the ops artifact made for the new release, when --seed made one
+    accepted: bool = False  # committed although they failed (--accept-failing-tests)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.check_problems) or self.tests.failed
+
+
+#: At most this many failing tests are listed by name in a report (the count is always given).
+MAX_LISTED_FAILURES = 40
 
 
 def _cell(text: str) -> str:
@@ -163,14 +171,68 @@ def _header(state: RebaseState, old: Pin, new: Pin, title: str) -> list[str]:
     ]
 
 
+def _failure_lines(checks: Checks) -> list[str]:
+    """What failed, as bullets: each `invoke check` problem and each failing test."""
+    out = []
+    if checks.check_problems:
+        out.append(f"- `invoke check`: **{len(checks.check_problems)} problem(s)**")
+        out += [f"  - {_cell(p)}" for p in checks.check_problems]
+    t = checks.tests
+    if t.failed:
+        named = f", {len(t.failures)} failing test(s)" if t.failures else ""
+        out.append(f"- tests (`{t.cmd}`): **failed** (exit {t.rc}{named}) — {_cell(t.summary)}")
+        out += [f"  - `{_cell(f)}`" for f in t.failures[:MAX_LISTED_FAILURES]]
+        if len(t.failures) > MAX_LISTED_FAILURES:
+            out.append(f"  - … and {len(t.failures) - MAX_LISTED_FAILURES} more (run the command to see them)")
+    return out
+
+
+def _gate_section(state: RebaseState, checks: Checks) -> list[str]:
+    """Why the rebase stopped before committing, or that it committed past failures on request."""
+    if not checks.failed:
+        return []
+    if checks.accepted:
+        return [
+            "## Committed with failures (`--accept-failing-tests`)",
+            "",
+            "The check or the tests failed and the rebase was told to commit anyway. What failed:",
+            "",
+            *_failure_lines(checks),
+            "",
+        ]
+    return [
+        "## Stopped: the check or the tests failed",
+        "",
+        "Nothing was committed: `patches/`, `upstream.toml` and the rest are as they were before the rebase; "
+        f"every patch is applied in `{state.tree}`. What failed:",
+        "",
+        *_failure_lines(checks),
+        "",
+        "Next steps:",
+        "",
+        f"1. Fix the cause in `{state.tree}` and fold the fix into the patch's commit there "
+        "(`git commit -a --fixup=<commit>` then `git rebase -i --autosquash refs/fork/upstream`; "
+        "for the last patch, `git commit -a --amend`).",
+        "2. `invoke rebase --continue`: exports the tree again, re-runs the check and the tests, and commits on "
+        f"`{state.options.branch}` when they pass.",
+        "",
+        "Or `invoke rebase --continue --accept-failing-tests` to commit anyway (the report and the commit "
+        "message record the failures), or `invoke rebase --abort` to put everything back as it was.",
+        "",
+    ]
+
+
 def success_report(state: RebaseState, old: Pin, new: Pin, checks: Checks) -> str:
     results = state.results
     counts = {k: sum(r.outcome == k for r in results) for k in _MARK}
     summary = ", ".join(f"{n} {_MARK[k].strip('*')}" for k, n in counts.items() if n)
-    out = _header(state, old, new, f"Rebase onto vLLM {new.version}")
+    stopped = checks.failed and not checks.accepted
+    title = f"Rebase onto vLLM {new.version}" + (": stopped, the check or the tests failed" if stopped else "")
+    out = _header(state, old, new, title)
     if _older(old, new):
         out.append(f"- note: {new.version} is older than {old.version}: this moves the fork back")
     out += [f"- patches: {len(results)} → {sum(1 for r in results if r.new_name)} ({summary or 'none'})", ""]
+    out += _gate_section(state, checks)
     if state.forecast:
         out += forecast_section(Survey.from_dict(state.forecast), results)
     out += ["## Patches", ""] + _table(results) + [""]
@@ -234,19 +296,13 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks: Checks) -> st
             "no ops-cache seeding needed."
         )
     out += ["", "## Check and tests", ""]
-    if checks.check_problems:
-        out.append(f"- `invoke check`: **{len(checks.check_problems)} problem(s)**")
-        out += [f"  - {_cell(p)}" for p in checks.check_problems]
-    else:
+    if not checks.check_problems:
         out.append("- `invoke check`: ok")
-    status = (
-        "skipped"
-        if checks.tests_rc is None
-        else "passed"
-        if checks.tests_rc == 0
-        else f"**failed** (exit {checks.tests_rc})"
-    )
-    out.append(f"- tests (`{checks.tests_cmd}`): {status} — {_cell(checks.tests_summary)}")
+    t = checks.tests
+    if not t.failed:
+        status = "skipped" if t.rc is None else f"passed ({t.seconds:.0f} s)"
+        out.append(f"- tests (`{t.cmd}`): {status} — {_cell(t.summary)}")
+    out += _failure_lines(checks)
     out += ["", "## Pin", "", "| | old | new |", "|---|---|---|"]
     for field in ("version", "tag", "commit"):
         out.append(f"| {field} | `{getattr(old, field)}` | `{getattr(new, field)}` |")
