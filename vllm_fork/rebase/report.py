@@ -10,7 +10,7 @@ from packaging.version import InvalidVersion, Version
 from vllm_fork.queue.apply import PatchFailure
 from vllm_fork.rebase.classify import CLEAN, CONFLICT, DROPPED, RESOLVED, SKIPPED, THREE_WAY, PatchResult
 from vllm_fork.rebase.state import RebaseState, new_pin_of, old_pin_of
-from vllm_fork.rebase.survey import GONE, Forecast, Survey
+from vllm_fork.rebase.survey import FOLLOWS, GONE, Forecast, Survey
 from vllm_fork.rebase.testrun import TestRun
 from vllm_fork.upstream.pin import Artifact, Pin
 
@@ -22,7 +22,30 @@ _MARK = {
     RESOLVED: "conflict, resolved by hand",
     SKIPPED: "dropped by hand",
     GONE: "**target file gone**",
+    FOLLOWS: "**depends on an earlier failing patch**",
 }
+
+#: Lines of git's own output that tell the user to run git's commands: the report gives ours.
+_GIT_HINTS = (
+    "hint:",
+    "Patch failed at",  # git numbers the patch within its own run, not in the series
+    "When you have resolved this problem",
+    "If you prefer to skip this patch",
+    "To restore the original branch",
+    "Use 'git am --show-current-patch",
+    "You might want to use 'git am",
+)
+
+
+def git_output_without_hints(output: str) -> list[str]:
+    """git's output with its "run `git am --continue`"-style advice dropped (the report says what to run)."""
+    return [ln for ln in output.strip().splitlines() if not ln.lstrip().startswith(_GIT_HINTS)]
+
+
+def upstream_id(pin: Pin, imported: str) -> str:
+    """The one id a report shows for an upstream: the pin's commit (vLLM's own, from git or the
+    sdist's version file), or the sdist import's when the release does not say its commit."""
+    return pin.commit[:12] if pin.commit else f"sdist import {imported[:12]}"
 
 
 @dataclass
@@ -101,7 +124,10 @@ def forecast_section(survey: Survey, results: list[PatchResult] | None = None) -
     done = {r.name: r for r in results or []}
     failing = survey.failing()
     if failing:
-        out += [f"**{len(failing)} patch(es) will need a hand** (conflict or target gone):", ""]
+        out += [
+            f"**{len(failing)} patch(es) will need a hand** (conflict, target gone, or depending on one that fails):",
+            "",
+        ]
         for f in failing:
             i = fc.index(f) + 1
             now = f" — now: {_MARK[done[f.name].outcome]}" if f.name in done else ""
@@ -149,8 +175,8 @@ def survey_report(survey: Survey, old: Pin, new: Pin, source: str, old_commit: s
     out = [
         f"# Survey: the patch queue on vLLM {new.version}",
         "",
-        f"- upstream: **vLLM {old.version}** (`{old.tag or old.commit}`, {old_commit[:12]}) → "
-        f"**vLLM {new.version}** (`{new.tag or new.commit}`, {new_commit[:12]})",
+        f"- upstream: **vLLM {old.version}** (`{old.tag or old.commit}`, {upstream_id(old, old_commit)}) → "
+        f"**vLLM {new.version}** (`{new.tag or new.commit}`, {upstream_id(new, new_commit)})",
         f"- source: `{source}`",
         "- nothing was changed: not `patches/`, the pin, `build/vllm` nor the cache (beyond fetching the upstreams)",
         "",
@@ -164,8 +190,8 @@ def _header(state: RebaseState, old: Pin, new: Pin, title: str) -> list[str]:
     return [
         f"# {title}",
         "",
-        f"- upstream: **vLLM {old.version}** (`{old.tag or old.commit}`, {state.old_upstream[:12]}) → "
-        f"**vLLM {new.version}** (`{new.tag or new.commit}`, {state.new_upstream[:12]})",
+        f"- upstream: **vLLM {old.version}** (`{old.tag or old.commit}`, {upstream_id(old, state.old_upstream)}) → "
+        f"**vLLM {new.version}** (`{new.tag or new.commit}`, {upstream_id(new, state.new_upstream)})",
         f"- source: `{state.source}`"
         + (f" ({new.sdist.filename}, sha256 `{new.sdist.sha256[:16]}…`)" if state.source == "pypi" else ""),
     ]
@@ -279,15 +305,21 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks: Checks) -> st
     if checks.compiled_changed:
         shown = checks.compiled_changed[:30]
         more = len(checks.compiled_changed) - len(shown)
-        out.append(
+        changed_text = (
             f"**Changed** between the two upstreams ({len(checks.compiled_changed)} file(s), list: "
-            f"{checks.compiled_source}). The ops cache has no artifact for {new.version} yet: seed it "
-            f"from the official wheel `{new.wheel.filename or '(none on the index)'}` before building."
+            f"{checks.compiled_source}): the compiled ops of {old.version} do not fit {new.version}."
         )
+        wheel = f"`{new.wheel.filename or '(none on the index)'}`"
         if checks.seeded:
-            out.append(f"Seeded by this rebase (`--seed`): {checks.seeded}; `ops-cache/index.json` is in the commit.")
+            out.append(
+                f"{changed_text} Seeded by this rebase (`--seed`) from the official wheel {wheel}: {checks.seeded}; "
+                "`ops-cache/index.json` is in the commit."
+            )
         else:
-            out.append("Seed it with `invoke ops.seed` on this branch (or `invoke rebase --seed`).")
+            out.append(
+                f"{changed_text} The ops cache has no artifact for {new.version} yet: before building, seed it from the "
+                f"official wheel {wheel} with `invoke ops.seed` on this branch (or rebase with `--seed`)."
+            )
         out.append("")
         out += [f"- `{p}`" for p in shown] + ([f"- … and {more} more"] if more else [])
     else:
@@ -332,7 +364,7 @@ def conflict_report(state: RebaseState, failure: PatchFailure, root: Path) -> st
     for path, hunks in (stopped.conflicts or {"(git named no file)": []}).items():
         out.append(f"- `{path}`")
         out += [f"  - `{h}`" for h in hunks]
-    out += ["", "git said:", "", "```"] + failure.git_output.strip().splitlines()[-12:] + ["```", ""]
+    out += ["", "git said:", "", "```"] + git_output_without_hints(failure.git_output)[-12:] + ["```", ""]
     out += [
         "Nothing in `patches/`, `upstream.toml` or the ops cache has changed.",
         "",

@@ -25,7 +25,7 @@ from vllm_fork.rebase.blame import PYPI_NOTE, fetch_history
 from vllm_fork.rebase.classify import CONFLICT, DROPPED, RESOLVED, SKIPPED, THREE_WAY, PatchResult, classify
 from vllm_fork.rebase.contentloss import content_loss
 from vllm_fork.rebase.finish import finish
-from vllm_fork.rebase.report import conflict_report, survey_report
+from vllm_fork.rebase.report import conflict_report, git_output_without_hints, survey_report
 from vllm_fork.rebase.state import (
     CHECKS,
     ORIG_REF,
@@ -339,8 +339,9 @@ def continue_(root: Path = REPO_ROOT, accept_failing_tests: bool = False) -> Out
             )
         proc = git(tree, "am", "--continue", check=False)
         if proc.returncode != 0:
+            said = "\n".join(git_output_without_hints(proc.stdout + proc.stderr))
             raise ForkError(
-                f"`git am --continue` in {tree} failed:\n{(proc.stdout + proc.stderr).strip()}\n"
+                f"`git am --continue` in {tree} failed:\n{said}\n"
                 "Stage the resolved files (`git add`), or `git am --skip` in the tree to drop the "
                 "patch; then `invoke rebase --continue`. Or `invoke rebase --abort`."
             )
