@@ -139,6 +139,23 @@ def operation_in_progress(tree: Path) -> str | None:
     return None
 
 
+#: Lines of git's own output that tell the user to run git's commands: the report gives ours.
+_GIT_HINTS = (
+    "hint:",
+    "Patch failed at",  # git numbers the patch within its own run, not in the series
+    "When you have resolved this problem",
+    "If you prefer to skip this patch",
+    "To restore the original branch",
+    "Use 'git am --show-current-patch",
+    "You might want to use 'git am",
+)
+
+
+def git_output_without_hints(output: str) -> list[str]:
+    """git's output with its "run `git am --continue`"-style advice dropped (the report says what to run)."""
+    return [ln for ln in output.strip().splitlines() if not ln.lstrip().startswith(_GIT_HINTS)]
+
+
 #: `git format-patch` flags that keep exported patches free of churn (after Electron).
 FORMAT_PATCH_FLAGS = (
     "--zero-commit",  # From 0000...: no commit id, which changes on every apply

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from vllm_fork.core.git import git_output_without_hints
 from vllm_fork.queue.apply import PatchFailure
 from vllm_fork.rebase.classify import CLEAN, CONFLICT, DROPPED, RESOLVED, SKIPPED, THREE_WAY, PatchResult
 from vllm_fork.rebase.state import RebaseState, new_pin_of, old_pin_of
@@ -24,22 +25,6 @@ _MARK = {
     GONE: "**target file gone**",
     FOLLOWS: "**depends on an earlier failing patch**",
 }
-
-#: Lines of git's own output that tell the user to run git's commands: the report gives ours.
-_GIT_HINTS = (
-    "hint:",
-    "Patch failed at",  # git numbers the patch within its own run, not in the series
-    "When you have resolved this problem",
-    "If you prefer to skip this patch",
-    "To restore the original branch",
-    "Use 'git am --show-current-patch",
-    "You might want to use 'git am",
-)
-
-
-def git_output_without_hints(output: str) -> list[str]:
-    """git's output with its "run `git am --continue`"-style advice dropped (the report says what to run)."""
-    return [ln for ln in output.strip().splitlines() if not ln.lstrip().startswith(_GIT_HINTS)]
 
 
 def upstream_id(pin: Pin, imported: str) -> str:

@@ -15,7 +15,15 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import write_atomic
-from vllm_fork.core.git import dirty_paths, git, is_tool_cache, operation_in_progress, out, rev
+from vllm_fork.core.git import (
+    dirty_paths,
+    git,
+    git_output_without_hints,
+    is_tool_cache,
+    operation_in_progress,
+    out,
+    rev,
+)
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.queue.apply import APPLIED_MARK, UPSTREAM_REF, ensure_clean, prepare_tree
 from vllm_fork.queue.carry import drop_reason, upstream_status
@@ -25,7 +33,7 @@ from vllm_fork.rebase.blame import PYPI_NOTE, fetch_history
 from vllm_fork.rebase.classify import CONFLICT, DROPPED, RESOLVED, SKIPPED, THREE_WAY, PatchResult, classify
 from vllm_fork.rebase.contentloss import content_loss
 from vllm_fork.rebase.finish import finish
-from vllm_fork.rebase.report import conflict_report, git_output_without_hints, survey_report
+from vllm_fork.rebase.report import conflict_report, survey_report
 from vllm_fork.rebase.state import (
     CHECKS,
     ORIG_REF,
