@@ -149,13 +149,22 @@ class _Snapshot:
         return "" if base in self.dirs else None
 
 
-def _touched_python(tree: Path, commit: str) -> list[str]:
-    """The .py files `commit` adds or modifies (renames count as added), in path order."""
-    # -r: into folders; --no-commit-id: paths only; --diff-filter=AMR: not deletions; -M: renames as such.
-    names = git(
-        tree, "diff-tree", "-r", "--no-commit-id", "--name-only", "--diff-filter=AMR", "-M", f"{commit}^", commit
-    ).stdout.splitlines()
-    return sorted(n for n in names if n.endswith(".py"))
+def _changes(tree: Path, commit: str) -> tuple[list[str], list[str]]:
+    """(paths `commit` adds or modifies, paths it deletes), renames counting as both."""
+    # -r: into folders; --no-commit-id: no header line; --name-status: a status letter per path;
+    # -M: a moved file is a rename (R<score> old new), not a delete and an add.
+    rows = git(tree, "diff-tree", "-r", "--no-commit-id", "--name-status", "-M", f"{commit}^", commit).stdout
+    written, deleted = [], []
+    for row in rows.splitlines():
+        status, *paths = row.split("\t")
+        if status.startswith("R"):
+            deleted.append(paths[0])
+            written.append(paths[1])
+        elif status == "D":
+            deleted.append(paths[0])
+        else:
+            written.append(paths[0])
+    return written, deleted
 
 
 # -- what one file needs --
@@ -362,11 +371,14 @@ def prefix_findings(tree: Path, base: str, patches: list[str]) -> list[Finding]:
     findings: list[Finding] = []
     parent = base
     for i, (commit, patch) in enumerate(zip(commits, patches)):
-        files = _paths_at(tree, commit)
-        snap = snapshots[commit] = _Snapshot(commit, files, _dirs_of(files))
+        written, deleted = _changes(tree, commit)
         before = snapshots[parent]
+        # The file list follows from the parent's and the commit's changes: no listing per commit.
+        files = (before.files - set(deleted)) | set(written)
+        dirs = before.dirs | _dirs_of(set(written)) if not deleted else _dirs_of(files)
+        snap = snapshots[commit] = _Snapshot(commit, files, dirs)
         later = list(zip(commits[i + 1 :], patches[i + 1 :]))
-        touched = _touched_python(tree, commit)
+        touched = sorted(p for p in written if p.endswith(".py"))
         blobs.get_many([f"{c}:{p}" for p in touched for c in (commit, parent)])
         first_party = {p.split("/")[0] for p in files if p.count("/") == 1 and p.endswith("/__init__.py")}
         for path in touched:
