@@ -313,13 +313,18 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks: Checks) -> st
             "no ops-cache seeding needed."
         )
     out += ["", "## Check and tests", ""]
-    if not checks.check_problems:
-        out.append("- `invoke check`: ok")
+    listed = "listed above" if checks.failed else ""
+    problems = len(checks.check_problems)
+    out.append(f"- `invoke check`: **{problems} problem(s)**, {listed}" if problems else "- `invoke check`: ok")
     t = checks.tests
-    if not t.failed:
-        status = "skipped" if t.rc is None else f"passed ({t.seconds:.0f} s)"
-        out.append(f"- tests (`{t.cmd}`): {status} — {_cell(t.summary)}")
-    out += _failure_lines(checks)
+    status = (
+        "skipped"
+        if t.rc is None
+        else f"passed ({t.seconds:.0f} s)"
+        if not t.failed
+        else f"**failed** (exit {t.rc}, {t.seconds:.0f} s), {listed}"
+    )
+    out.append(f"- tests (`{t.cmd}`): {status} — {_cell(t.summary)}")
     out += ["", "## Pin", "", "| | old | new |", "|---|---|---|"]
     for field in ("version", "tag", "commit"):
         out.append(f"| {field} | `{getattr(old, field)}` | `{getattr(new, field)}` |")
