@@ -217,14 +217,23 @@ def test_drop_after_a_commit_holds_once_upstream_contains_it(tmp_path):
 
 def test_a_target_an_earlier_failing_patch_creates_is_a_follow_on_not_an_upstream_deletion(tmp_path):
     w = make_world(tmp_path)
-    # Patch 1 raises option 5 and creates mini/streams.py; patch 2 edits that new file.
+    # Patch 1 triples run(), raises option 20 and creates mini/streams.py; patch 2 edits that
+    # new file and option 21 (whose context is patch 1's option 20).
     write_files(w.tree, {"mini/streams.py": "def ring():\n    return 3\n"})
-    (w.tree / "mini" / "config.py").write_text(config_py({5: "OPTION_5 = 50\n"}))
+    (w.tree / "mini" / "config.py").write_text(config_py({20: "OPTION_20 = 200\n"}))
+    (w.tree / "mini" / "engine.py").write_text(BASE_FILES["mini/engine.py"].replace("x * 2", "x * 3"))
     sh(w.tree, "git", "add", "-A")
     sh(w.tree, "git", "commit", "-qm", "Stream through a ring\n\nThe pool needs a ring of copy streams.\n")
+    (w.tree / "mini" / "config.py").write_text(config_py({20: "OPTION_20 = 200\n", 21: "OPTION_21 = 210\n"}))
     w.add_patch("mini/streams.py", "return 3", "return 4", "Four slots", "Three slots starve the largest unit.")
-    # Upstream changes option 5 too: patch 1 conflicts, so its new file is missing for patch 2.
-    w.release("1.1.0", {"mini/config.py": config_py({5: "OPTION_5 = 7\n"})})
+    # Upstream changes run() (patch 1 conflicts, so its new file is missing for patch 2) and option 35.
+    w.release(
+        "1.1.0",
+        {
+            "mini/engine.py": BASE_FILES["mini/engine.py"].replace("x * 2", "x * 4"),
+            "mini/config.py": config_py({35: "OPTION_35 = 3500\n"}),
+        },
+    )
     first, second = sorted(p.name for p in w.patches.glob("*.patch"))
 
     survey, text, _ = rebase.survey_only(w.root, to="1.1.0")
@@ -235,8 +244,9 @@ def test_a_target_an_earlier_failing_patch_creates_is_a_follow_on_not_an_upstrea
         f"depends on patch 1 (`{first}`), which conflicts: `mini/streams.py` is a file that patch creates, "
         "not one upstream deleted or moved"
     )
-    assert follow.alone == "clean"  # with patch 1's file as the old queue made it, patch 2 applies
-    assert "deleted or moved upstream" not in text and "upstream deleted" not in text.replace("not one upstream", "")
+    # With patch 1's new file and its option 20 merged into upstream's config, patch 2 applies.
+    assert follow.alone == "clean" and follow.notes[1].endswith("this patch: clean")
+    assert "upstream deleted or moved `" not in text and "target file gone" not in text
     assert f"2. **Four slots** (`{second}`): **depends on an earlier failing patch**" in text
     # One id per upstream in the header: the pin's commit, as in the pin.
     pin = load_pin(w.root)

@@ -10,7 +10,8 @@ also alone on the new upstream, since the failure may be the earlier one's. Outc
   target gone   a file it edits is not in the new upstream
   follows       a file it edits is one an earlier patch creates, and that patch
                 fails: not an upstream deletion; the patch is tried again with
-                the earlier patch's version of the file
+                the failing patches' changes carried over (their new files as
+                the old queue made them, their edits merged into upstream's)
   conflict      the 3-way merge leaves conflict markers (files and hunks named)
 
 Nothing outside a temporary directory changes: not patches/, the pin, build/vllm
@@ -148,15 +149,17 @@ def _follow_on(
     scratch: _Scratch,
     tmp: Path,
     index: Path,
+    old: str,
     patch: Path,
     parsed: PatchFile,
     changed: set[str],
     forecast: Forecast,
-    origins: dict[str, _Origin],
+    created: dict[str, _Origin],
+    failed_touch: dict[str, _Origin],
 ) -> None:
     """A target gone because an earlier patch that creates it failed: say so, and try the patch
-    on the new upstream plus that patch's version of the file (as the old queue made it)."""
-    failed = {p: origins[p] for p in forecast.files if p in origins and origins[p].forecast.outcome in _FAILS_AS}
+    on the new upstream carrying the failing patches' changes over (as a resolution keeping them would)."""
+    failed = {p: created[p] for p in forecast.files if p in created and created[p].forecast.outcome in _FAILS_AS}
     if not failed or set(failed) != set(forecast.files):
         return  # at least one file really is gone upstream
     forecast.outcome = FOLLOWS
@@ -167,14 +170,40 @@ def _follow_on(
     ]
     trial = tmp / "follow-on.index"
     shutil.copyfile(index, trial)
-    for path, o in failed.items():
-        post = _postimage(o.diff)
-        if post is None or scratch.git("cat-file", "-e", post[1]).returncode != 0:
-            return  # the old queue never made that file here: nothing to try on
-        scratch.git("update-index", "--add", "--cacheinfo", f"{post[0]},{post[1]},{path}", index=trial, check=True)
+    unmerged = []
+    for diff in parsed.files:
+        path, pre = diff.path, preimage(diff)  # pre: the file as the old queue had it just before this patch
+        if pre is None or scratch.git("cat-file", "-e", pre).returncode != 0:
+            continue
+        if path in failed:
+            mode = (_postimage(failed[path].diff) or ("100644", ""))[0]
+            scratch.git("update-index", "--add", "--cacheinfo", f"{mode},{pre},{path}", index=trial, check=True)
+        elif path in failed_touch:
+            # Upstream's new file with the earlier patches' changes merged in.
+            base = scratch.git("ls-tree", old, "--", path).stdout.split()
+            ours = scratch.blobs(trial, [path]).get(path)
+            if len(base) < 3 or ours is None:
+                continue
+            merged, conflicts, _, _ = _merge_file(scratch, tmp, {"1": base[2], "2": ours, "3": pre})
+            if conflicts:
+                unmerged.append(path)
+                continue
+            blob = scratch.git("hash-object", "-w", "--stdin", input=merged, check=True).stdout.strip()
+            scratch.git("update-index", "--cacheinfo", f"{base[0]},{blob},{path}", index=trial, check=True)
+    first = min(o.number for o in failed.values())
+    if unmerged:
+        files = ", ".join(f"`{p}`" for p in unmerged)
+        forecast.notes.append(
+            f"what it meets once patch {first} is resolved depends on that resolution: the earlier patches' "
+            f"changes to {files} do not merge into the new upstream by themselves"
+        )
+        return
     solo, _ = _try(scratch, tmp, trial, patch, parsed, changed)
     forecast.alone = solo.outcome
-    forecast.notes.append(f"with the earlier patch's file as the old queue made it, this patch: {solo.outcome}")
+    forecast.notes.append(
+        f"with the earlier patches' changes carried over (as a resolution of patch {first} that keeps them "
+        f"would), this patch: {solo.outcome}"
+    )
 
 
 def _failing_hunks(scratch: _Scratch, index: Path, parsed: PatchFile) -> dict[str, list[str]]:
@@ -321,7 +350,8 @@ def survey(
         changed = set(scratch.git("diff", "--name-only", old, new, check=True).stdout.splitlines())
         forecasts: list[Forecast] = []
         failed_before: list[str] = []
-        origins: dict[str, _Origin] = {}  # files the queue creates -> the first patch that does
+        created: dict[str, _Origin] = {}  # files the queue creates -> the first patch that does
+        failed_touch: dict[str, _Origin] = {}  # files earlier failing patches edit -> the last one that does
         for number, patch in enumerate(patches, 1):
             parsed = parse_patch(patch)
             try:
@@ -334,10 +364,12 @@ def survey(
                 continue
             forecast, to_blame = _try(scratch, tmp, series, patch, parsed, changed)
             if forecast.outcome == GONE:
-                _follow_on(scratch, tmp, series, patch, parsed, changed, forecast, origins)
+                _follow_on(scratch, tmp, series, old, patch, parsed, changed, forecast, created, failed_touch)
             for diff in parsed.files:
                 if _creates(diff):
-                    origins.setdefault(diff.path, _Origin(number, forecast, diff))
+                    created.setdefault(diff.path, _Origin(number, forecast, diff))
+                if forecast.outcome in _FAILS_AS:
+                    failed_touch[diff.path] = _Origin(number, forecast, diff)
             if status is not None and status.kind != "carry":
                 forecast.notes.insert(0, why or f"Upstream-Status: {status}")
             if forecast.outcome in (CONFLICT, GONE) and failed_before:
