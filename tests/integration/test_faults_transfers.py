@@ -190,7 +190,8 @@ def test_a_full_disk_anywhere_is_a_message_and_exit_28_not_a_traceback(small_dis
 
 
 class _Stall(http.server.BaseHTTPRequestHandler):
-    """Announces the whole payload, sends a quarter, then holds the connection: a download to kill."""
+    """Announces the whole payload, sends one read's worth (a MiB) and a little, then holds the
+    connection: a download to kill, with a MiB on disk."""
 
     def log_message(self, *args):
         pass
@@ -199,7 +200,7 @@ class _Stall(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Length", str(len(PAYLOAD)))
         self.end_headers()
-        self.wfile.write(PAYLOAD[: len(PAYLOAD) // 4])
+        self.wfile.write(PAYLOAD[: download.CHUNK + 1000])
         self.wfile.flush()
         self.server.release.wait(60)
 
@@ -222,8 +223,8 @@ def test_a_killed_download_leaves_no_part_file_after_the_next_run(tmp_path, cach
         start_new_session=True,
     )
     try:
-        # kill -9 once a quarter of the file is on disk: the temp file stays behind.
-        partial = lambda: [p for p in dest.parent.glob(f".{NAME}.*.part") if p.stat().st_size >= len(PAYLOAD) // 4]  # noqa: E731
+        # kill -9 once a MiB of the file is on disk: the temp file stays behind.
+        partial = lambda: [p for p in dest.parent.glob(f".{NAME}.*.part") if p.stat().st_size >= download.CHUNK]  # noqa: E731
         assert faults.kill_when(proc, lambda: bool(partial()))
     finally:
         stall.release.set()
@@ -239,7 +240,7 @@ def test_a_killed_download_leaves_no_part_file_after_the_next_run(tmp_path, cach
         assert download.fetch("vllm", NAME, SHA) == dest
     assert not any(p.exists() for p in left) and not list(dest.parent.glob("*.part"))
     said = [ln for ln in capsys.readouterr().err.splitlines() if "partial download" in ln]
-    assert said == [f"removed 1 partial download(s) of {NAME} (0.8 MiB) that an interrupted run left in {dest.parent}"]
+    assert said == [f"removed 1 partial download(s) of {NAME} (1.0 MiB) that an interrupted run left in {dest.parent}"]
     # A cache hit cleans up too: a run killed after another finished leaves nothing for good.
     (dest.parent / f".{NAME}.abcd1234.part").write_bytes(b"x")
     assert download.fetch("vllm", NAME, SHA) == dest

@@ -33,13 +33,14 @@ def downloads_dir() -> Path:
 def _one_download_of(dest: Path, wait: bool = True) -> Iterator[bool]:
     """Hold the lock of `dest`'s directory (a `flock` on the directory itself, so no lock file;
     the kernel drops it when its holder dies): one download into a directory at a time, across
-    processes. Yields False when `wait` is off and another process holds it."""
+    processes. Yields whether it holds it: False when `wait` is off and another process does,
+    or where the file system has no flock (then nothing is known to be stale)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(dest.parent, os.O_RDONLY)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
+        except OSError:  # BlockingIOError: held by another process; others: no flock here
             yield False
             return
         yield True
@@ -97,8 +98,9 @@ def fetch_url(
     step). `dest` is never half-written. `url` may be a Request carrying headers (e.g.
     a registry's bearer token).
     """
-    with _one_download_of(dest):
-        remove_partials(dest)
+    with _one_download_of(dest) as alone:
+        if alone:
+            remove_partials(dest)
         remove_stale_temps(dest.parent)  # other files' temps, once no process has written them for a while
         return _fetch_url(url, dest, sha256, timeout, mismatch_advice)
 
