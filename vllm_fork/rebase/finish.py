@@ -100,6 +100,13 @@ def _seed_if_needed(root: Path, tree: Path, state: RebaseState) -> str:
     return f"key {entry.key[:16]}… → {entry.file} ({seconds:.1f} s)"
 
 
+def _stop_at_checks(root: Path, state: RebaseState) -> None:
+    """Nothing lands: the queue, the pin and the rest go back; the state stays for --continue."""
+    restore_originals(root)
+    state.stage = CHECKS
+    state.save(root)
+
+
 def finish(root: Path, state: RebaseState) -> Outcome:
     changed = originals_changed(root)
     if changed:
@@ -123,10 +130,16 @@ def finish(root: Path, state: RebaseState) -> Outcome:
     retarget_base(root / "Dockerfile", old_pin_of(state).tag, new_pin.tag)
     compiled, compiled_source = changed_compiled_inputs(tree, state.old_upstream, state.new_upstream, root)
     seeded = _seed_if_needed(root, tree, state) if compiled else ""
-    log.info("check: `invoke check` on the rebased queue")
-    problems = [p.message for p in check_mod.check(root, source=state.source)]
-    cmd = state.options.tests_cmd or DEFAULT_TESTS
-    tests = run_tests(root, cmd) if state.options.run_tests else TestRun(cmd, None, "--skip-tests")
+    try:
+        log.info("check: `invoke check` on the rebased queue")
+        problems = [p.message for p in check_mod.check(root, source=state.source)]
+        cmd = state.options.tests_cmd or DEFAULT_TESTS
+        tests = run_tests(root, cmd) if state.options.run_tests else TestRun(cmd, None, "--skip-tests")
+    except BaseException:
+        # Cut short (Ctrl-C in the tests, a check that could not run): as after a failure, so
+        # --continue runs them again and --abort restores.
+        _stop_at_checks(root, state)
+        raise
     gate_failed = bool(problems) or tests.failed
     checks = Checks(
         problems,
@@ -139,10 +152,7 @@ def finish(root: Path, state: RebaseState) -> Outcome:
     )
     report = success_report(state, old_pin_of(state), new_pin, checks)
     if gate_failed and not state.options.accept_failing_tests:
-        # Nothing lands: the queue, the pin and the rest go back, the state stays for --continue.
-        restore_originals(root)
-        state.stage = CHECKS
-        state.save(root)
+        _stop_at_checks(root, state)
         return Outcome(False, report, write_report(root, report), state, stopped_at=CHECKS)
     path = write_report(root, report)
     branch = commit = ""
