@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     print(outcome.report)
     if not outcome.done:
         rebase.abort(root)  # unattended: leave nothing half-done; a human reruns it by hand
-        log(f"stopped at a conflict; aborted again. Report: {kept}. Resolve by hand: docs/rebase.md")
+        why = "the check or the tests failed" if outcome.stopped_at == "checks" else "stopped at a conflict"
+        log(f"{why}; aborted again. Report: {kept}. Resolve by hand: docs/rebase.md")
         return 2
     log(f"committed {outcome.commit[:12]} on {outcome.branch}")
     if args.no_publish or not gh_ready():

@@ -10,6 +10,7 @@ import hashlib
 import http.server
 import os
 import subprocess
+import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -186,3 +187,61 @@ def test_a_full_disk_anywhere_is_a_message_and_exit_28_not_a_traceback(small_dis
     assert exited.value.code == 28
     faults.assert_actionable(capsys.readouterr().err, "no space left", "Free some space")
     assert not list(small_disk.iterdir())
+
+
+class _Stall(http.server.BaseHTTPRequestHandler):
+    """Announces the whole payload, sends one read's worth (a MiB) and a little, then holds the
+    connection: a download to kill, with a MiB on disk."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(PAYLOAD)))
+        self.end_headers()
+        self.wfile.write(PAYLOAD[: download.CHUNK + 1000])
+        self.wfile.flush()
+        self.server.release.wait(60)
+
+
+def test_a_killed_download_leaves_no_part_file_after_the_next_run(tmp_path, cache, monkeypatch, capsys):
+    stall = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Stall)
+    stall.release = threading.Event()
+    threading.Thread(target=stall.serve_forever, daemon=True).start()
+    dest = download.downloads_dir() / NAME
+    script = (
+        "import sys; from pathlib import Path; from vllm_fork.upstream import download; "
+        "download.fetch_url(sys.argv[1], Path(sys.argv[2]), sys.argv[3])"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, f"http://127.0.0.1:{stall.server_address[1]}/{NAME}", str(dest), SHA],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "VLLM_FORK_CACHE": str(cache)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        # kill -9 once a MiB of the file is on disk: the temp file stays behind.
+        partial = lambda: [p for p in dest.parent.glob(f".{NAME}.*.part") if p.stat().st_size >= download.CHUNK]  # noqa: E731
+        assert faults.kill_when(proc, lambda: bool(partial()))
+    finally:
+        stall.release.set()
+        stall.shutdown()
+        stall.server_close()
+    left = partial()
+    assert left and not dest.exists()
+
+    # The next run of the same download (fresh: seconds later) removes it and says so in one line.
+    http_index(tmp_path / "srv", NAME, PAYLOAD)
+    with serve(tmp_path / "srv") as (_server, url):
+        monkeypatch.setenv("PIP_INDEX_URL", f"{url}/simple/")
+        assert download.fetch("vllm", NAME, SHA) == dest
+    assert not any(p.exists() for p in left) and not list(dest.parent.glob("*.part"))
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "partial download" in ln]
+    assert said == [f"removed 1 partial download(s) of {NAME} (1.0 MiB) that an interrupted run left in {dest.parent}"]
+    # A cache hit cleans up too: a run killed after another finished leaves nothing for good.
+    (dest.parent / f".{NAME}.abcd1234.part").write_bytes(b"x")
+    assert download.fetch("vllm", NAME, SHA) == dest
+    assert not list(dest.parent.glob("*.part"))

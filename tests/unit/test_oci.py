@@ -65,7 +65,14 @@ def test_registry_serving_other_bytes_is_never_used(root, stored):
         opscache.add_remote(f"oci+http://{reg.host}/{REPO}", root)
         with pytest.raises(ForkError, match="no remote served a good copy") as err:
             opscache.get(KEY, root)
-    assert "sha256 mismatch" in str(err.value) and entry.sha256 in str(err.value)
+    message = str(err.value)
+    served = hashlib.sha256(data[:-1] + bytes([data[-1] ^ 1])).hexdigest()
+    remote = f"oci+http://{reg.host}/{REPO}"
+    # Both hashes, the artifact, the remote, and what to run next.
+    assert "sha256 mismatch" in message and f"expected {entry.sha256}" in message and f"got      {served}" in message
+    assert f"{remote}: sha256 mismatch downloading {entry.file}" in message
+    assert f"`invoke ops.publish {remote}`" in message and "`invoke ops.seed`" in message
+    assert "pip config list" not in message and "upstream.toml" not in message
     assert not path.exists() and not list(opscache.ops_dir().glob(".*.part"))
 
 

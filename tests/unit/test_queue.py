@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 from support.forkrepo import TAG, sh
 
@@ -101,7 +104,7 @@ def test_conflict_names_patch_file_hunk_and_next_steps(fork):
     message = str(err.value)
     assert names[1] in message and "(2 of 2)" in message
     assert "mini/engine.py" in message and "@@ -1,2 +1,2 @@" in message
-    assert "git am --continue" in message and "invoke export" in message
+    assert "invoke apply --continue" in message and "git am --continue" not in message and "invoke export" in message
     assert "invoke apply --abort" in message
     # The first patch is applied, the tree is stopped at the second, patches/ untouched.
     assert sh(fork.tree, "git", "log", "-1", "--format=%s") == "Raise option 3"
@@ -239,3 +242,49 @@ def test_status_lists_pin_and_touched_files(fork):
     assert "0002-Engine-Triple-instead-of-double.patch" in report
     assert "[Engine] Triple instead of double" in report
     assert "mini/engine.py" in report
+
+
+def test_tool_caches_in_the_tree_never_block_apply_or_build(fork):
+    from vllm_fork.wheel.build import tree_commits
+
+    add_two_patches(fork)
+    # What a linter, pytest and Python leave behind while someone resolves a patch.
+    for rel in (".ruff_cache/0.6/123", "mini/__pycache__/engine.cpython-311.pyc", ".pytest_cache/v/x", "stray.pyc"):
+        (fork.tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (fork.tree / rel).write_text("cache\n")
+    tree_commits(fork.tree)  # build: no refusal
+    queue.apply(fork.root)  # apply: no refusal, and a clean tree after
+    assert sh(fork.tree, "git", "status", "--porcelain", "--ignored") == ""
+    # Real work still blocks, and the message says how to get past it.
+    (fork.tree / "mini" / "engine.py").write_text("edited\n")
+    with pytest.raises(ForkError) as err:
+        tree_commits(fork.tree)
+    assert "mini/engine.py" in str(err.value) and f"git -C {fork.tree} add -A" in str(err.value)
+    assert "`invoke apply --force`" in str(err.value)
+
+
+def test_apply_force_ends_a_stopped_am_whose_files_were_edited(fork, tmp_path):
+    names = add_two_patches(fork)
+    # A third patch that does not apply (patch 2 again): `git am` stops there.
+    shutil.copy(fork.patches / names[1], fork.patches / "0003-again.patch")
+    (fork.patches / "series").write_text(f"{names[0]}\n{names[1]}\n0003-again.patch\n")
+    with pytest.raises(queue.PatchConflict):
+        queue.apply(fork.root)
+    # The user edits files by hand: `git am --abort` now refuses (shown on a copy of the tree).
+    (fork.tree / "mini" / "engine.py").write_text("edited by hand\n")
+    (fork.tree / "mini" / "config.py").write_text("edited by hand\n")
+    shutil.copytree(fork.tree, tmp_path / "copy", symlinks=True)
+    assert subprocess.run(["git", "-C", str(tmp_path / "copy"), "am", "--abort"], capture_output=True).returncode != 0
+    (fork.patches / "0003-again.patch").unlink()
+    (fork.patches / "series").write_text(f"{names[0]}\n{names[1]}\n")
+
+    head = queue.apply(fork.root, force=True)
+
+    assert not (fork.tree / ".git" / "rebase-apply").exists()
+    assert sh(fork.tree, "git", "status", "--porcelain") == "" and sh(fork.tree, "git", "rev-parse", "HEAD") == head
+    assert sh(fork.tree, "git", "log", "--format=%s", "refs/fork/upstream..HEAD").splitlines() == [
+        "[Engine] Triple instead of double",
+        "Raise option 3",
+    ]
+    with pytest.raises(ForkError, match="no stopped `git am`"):
+        queue.abort(root=fork.root)

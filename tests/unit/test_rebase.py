@@ -61,6 +61,9 @@ def test_clean_bump_updates_pin_exports_and_commits_on_a_branch(tmp_path):
     assert message.startswith("Rebase the patch queue onto vLLM 1.1.0 (from 1.0.0)")
     assert "| 1 | Raise option 5 to 50" in out.report and "| clean |" in out.report
     assert "**Changed**" in out.report and "`csrc/ops.cu`" in out.report
+    # Not seeded (no --seed): the report says how, and never that this rebase seeded.
+    assert "with `invoke ops.seed` on this branch (or rebase with `--seed`)" in out.report
+    assert "Seeded by this rebase" not in out.report
     assert "`invoke check`: ok" in out.report
     assert not in_progress(w.root) and (w.root / "build" / "rebase" / "report.md").read_text() == out.report
     assert check_mod.check(w.root) == []

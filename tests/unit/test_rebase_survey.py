@@ -11,6 +11,7 @@ from vllm_fork.queue.export import export
 from vllm_fork.queue.status import status_report
 from vllm_fork.rebase import run as rebase
 from vllm_fork.rebase.refresh import CHANGED, REFRESHED, UNCHANGED
+from vllm_fork.rebase.report import git_output_without_hints
 from vllm_fork.rebase.state import Options
 from vllm_fork.upstream.pin import load_pin
 
@@ -212,3 +213,70 @@ def test_drop_after_a_commit_holds_once_upstream_contains_it(tmp_path):
 
     assert [f.outcome for f in survey.forecasts] == ["clean", "dropped"]
     assert f"an ancestor of the new upstream {later[:12]}" in survey.forecasts[1].notes[0]
+
+
+def test_a_target_an_earlier_failing_patch_creates_is_a_follow_on_not_an_upstream_deletion(tmp_path):
+    w = make_world(tmp_path)
+    # Patch 1 triples run(), raises option 20 and creates mini/streams.py; patch 2 edits that
+    # new file and option 21 (whose context is patch 1's option 20).
+    write_files(w.tree, {"mini/streams.py": "def ring():\n    return 3\n"})
+    (w.tree / "mini" / "config.py").write_text(config_py({20: "OPTION_20 = 200\n"}))
+    (w.tree / "mini" / "engine.py").write_text(BASE_FILES["mini/engine.py"].replace("x * 2", "x * 3"))
+    sh(w.tree, "git", "add", "-A")
+    sh(w.tree, "git", "commit", "-qm", "Stream through a ring\n\nThe pool needs a ring of copy streams.\n")
+    (w.tree / "mini" / "config.py").write_text(config_py({20: "OPTION_20 = 200\n", 21: "OPTION_21 = 210\n"}))
+    w.add_patch("mini/streams.py", "return 3", "return 4", "Four slots", "Three slots starve the largest unit.")
+    # Upstream changes run() (patch 1 conflicts, so its new file is missing for patch 2) and option 35.
+    w.release(
+        "1.1.0",
+        {
+            "mini/engine.py": BASE_FILES["mini/engine.py"].replace("x * 2", "x * 4"),
+            "mini/config.py": config_py({35: "OPTION_35 = 3500\n"}),
+        },
+    )
+    first, second = sorted(p.name for p in w.patches.glob("*.patch"))
+
+    survey, text, _ = rebase.survey_only(w.root, to="1.1.0")
+
+    assert [f.outcome for f in survey.forecasts] == ["conflict", "follows"]
+    follow = survey.forecasts[1]
+    assert follow.notes[0] == (
+        f"depends on patch 1 (`{first}`), which conflicts: `mini/streams.py` is a file that patch creates, "
+        "not one upstream deleted or moved"
+    )
+    # With patch 1's new file and its option 20 merged into upstream's config, patch 2 applies.
+    assert follow.alone == "clean" and follow.notes[1].endswith("this patch: clean")
+    assert "upstream deleted or moved `" not in text and "target file gone" not in text
+    assert f"2. **Four slots** (`{second}`): **depends on an earlier failing patch**" in text
+    # One id per upstream in the header: the pin's commit, as in the pin.
+    pin = load_pin(w.root)
+    assert f"(`v1.0.0`, {pin.commit[:12]})" in text
+
+
+def test_the_conflict_report_gives_only_our_commands(tmp_path):
+    w = two_patch_world(tmp_path)
+    w.release("1.1.0", {"mini/config.py": config_py({5: "OPTION_5 = 7\n"})})
+
+    out = rebase.start(w.root, to="1.1.0", options=opts())
+
+    assert not out.done and "git said:" in out.report and "error: Failed to merge in the changes." in out.report
+    # git's own advice (its patch numbering, `git am --continue`) is left out; ours is there.
+    assert "git am --continue" not in out.report and "Patch failed at" not in out.report
+    assert "hint:" not in out.report and "`invoke rebase --continue`" in out.report
+    rebase.abort(w.root)
+    # What git prints without --quiet (git 2.39), as the 0.34.0 move's report quoted it.
+    said = (
+        "Applying: [Offload] Stream towers\nUsing index info to reconstruct a base tree...\n"
+        "CONFLICT (content): Merge conflict in vllm/config/model.py\nerror: Failed to merge in the changes.\n"
+        "hint: Use 'git am --show-current-patch=diff' to see the failed patch\n"
+        "Patch failed at 0001 [Offload] Stream towers\n"
+        'When you have resolved this problem, run "git am --continue".\n'
+        'If you prefer to skip this patch, run "git am --skip" instead.\n'
+        'To restore the original branch and stop patching, run "git am --abort".\n'
+    )
+    assert git_output_without_hints(said) == [
+        "Applying: [Offload] Stream towers",
+        "Using index info to reconstruct a base tree...",
+        "CONFLICT (content): Merge conflict in vllm/config/model.py",
+        "error: Failed to merge in the changes.",
+    ]

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+
 from invoke import Exit, task
 
 from vllm_fork.cli.exit import user_errors
 from vllm_fork.core.paths import default_tree
 from vllm_fork.queue.treelock import locked
 from vllm_fork.rebase import run as rebase_mod
-from vllm_fork.rebase.state import Options
+from vllm_fork.rebase.state import CHECKS, Options
 
 #: Exit status when the rebase stopped at a conflict (distinct from errors, for the bot).
 CONFLICT_EXIT = 2
+#: Exit status when every patch applied but `invoke check` or the tests failed: nothing was committed.
+CHECKS_EXIT = 3
 
 
 def _print_outcome(outcome: rebase_mod.Outcome) -> None:
@@ -21,6 +25,13 @@ def _print_outcome(outcome: rebase_mod.Outcome) -> None:
         if outcome.commit:
             print(f"committed {outcome.commit[:12]} on branch {outcome.branch}")
         return
+    if outcome.stopped_at == CHECKS:
+        print(
+            "error: the check or the tests failed (listed above): nothing was committed. Fix them in "
+            "build/vllm and run `invoke rebase --continue`, or `invoke rebase --abort`.",
+            file=sys.stderr,
+        )
+        raise Exit(code=CHECKS_EXIT)
     raise Exit(code=CONFLICT_EXIT)
 
 
@@ -33,6 +44,8 @@ def _print_outcome(outcome: rebase_mod.Outcome) -> None:
         "source": "pypi or git (default from upstream.toml)",
         "remote": "git remote URL or path for --source git",
         "skip_tests": "do not run the test suite after the rebase",
+        "accept_failing_tests": "commit even though `invoke check` or the tests failed (the report and the "
+        "commit message list the failures); without it a failure stops the rebase uncommitted",
         "tests_cmd": "the test command to run (default: pytest -m 'not slow')",
         "no_commit": "leave the result uncommitted in the checkout instead of on rebase/<version>",
         "replace_branch": "rebuild rebase/<version> if it already exists (the bot does)",
@@ -54,6 +67,7 @@ def rebase(
     replace_branch=False,
     seed=False,
     survey=False,
+    accept_failing_tests=False,
 ):
     """Rebase patches/ onto a new upstream (forecast first); classify every patch; commit on rebase/<version>."""
     with user_errors():
@@ -78,7 +92,7 @@ def rebase(
                 raise Exit(code=CONFLICT_EXIT)
             return
         if continue_:
-            outcome = rebase_mod.continue_()
+            outcome = rebase_mod.continue_(accept_failing_tests=accept_failing_tests)
         else:
             options = Options(
                 run_tests=not skip_tests,
@@ -86,6 +100,7 @@ def rebase(
                 commit=not no_commit,
                 replace_branch=replace_branch,
                 seed=seed,
+                accept_failing_tests=accept_failing_tests,
             )
             outcome = rebase_mod.start(to=to, latest=latest, source=source, remote=remote, options=options)
     _print_outcome(outcome)

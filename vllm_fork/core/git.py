@@ -111,6 +111,17 @@ def is_repo(path: Path) -> bool:
     return (path / ".git").exists() or (path / "HEAD").is_file() and (path / "objects").is_dir()
 
 
+#: What tools leave in a work tree without being asked (linters, test runners, the interpreter):
+#: never work of the user's, so it never blocks an apply or a build, and `git clean` may drop it.
+TOOL_CACHE_DIRS = frozenset({"__pycache__", ".ruff_cache", ".pytest_cache", ".mypy_cache"})
+
+
+def is_tool_cache(path: str) -> bool:
+    """Whether a path `git status` lists is (inside) a tool cache, or Python bytecode."""
+    parts = path.rstrip("/").split("/")
+    return bool(TOOL_CACHE_DIRS.intersection(parts)) or path.endswith((".pyc", ".pyo"))
+
+
 def dirty_paths(tree: Path) -> list[str]:
     """Uncommitted changes in a work tree, untracked files included."""
     # --porcelain: the stable "XY path" format; --untracked-files=normal: new files count, listed by folder.
@@ -126,6 +137,23 @@ def operation_in_progress(tree: Path) -> str | None:
     if (gitdir / "rebase-apply").exists() or (gitdir / "rebase-merge").exists():
         return "rebase"
     return None
+
+
+#: Lines of git's own output that tell the user to run git's commands: the report gives ours.
+_GIT_HINTS = (
+    "hint:",
+    "Patch failed at",  # git numbers the patch within its own run, not in the series
+    "When you have resolved this problem",
+    "If you prefer to skip this patch",
+    "To restore the original branch",
+    "Use 'git am --show-current-patch",
+    "You might want to use 'git am",
+)
+
+
+def git_output_without_hints(output: str) -> list[str]:
+    """git's output with its "run `git am --continue`"-style advice dropped (the report says what to run)."""
+    return [ln for ln in output.strip().splitlines() if not ln.lstrip().startswith(_GIT_HINTS)]
 
 
 #: `git format-patch` flags that keep exported patches free of churn (after Electron).

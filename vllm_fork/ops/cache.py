@@ -219,15 +219,25 @@ def _copy_verified(src: Path, dest: Path, sha256: str) -> None:
             raise IntegrityError(f"{src} has sha256 {digest.hexdigest()}, the index says {sha256}: not used")
 
 
+def _mismatch_advice(remote: str, entry: Entry) -> str:
+    """The next step when `remote` serves other bytes than the index records for `entry`."""
+    return (
+        f"{remote} serves another file under this artifact's name (key {entry.key[:16]}). Publish the good one "
+        f"there again from a machine that has it (`invoke ops.publish {remote}`), or take the remote out of "
+        f"ops-cache/index.json (or {REMOTES_ENV}) and run `invoke ops.seed` for the pinned release."
+    )
+
+
 def _fetch_from(remote: str, entry: Entry, dest: Path) -> None:
+    advice = _mismatch_advice(remote, entry)
     if oci.is_oci(remote):
-        oci.fetch(remote, entry.file, entry.sha256, dest)
+        oci.fetch(remote, entry.file, entry.sha256, dest, advice)
         return
     url = remote.rstrip("/") + "/" + urllib.parse.quote(entry.file)
     if url.startswith("file:"):
         _copy_verified(Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path)), dest, entry.sha256)
     elif url.startswith(("http://", "https://")):
-        fetch_url(url, dest, entry.sha256)
+        fetch_url(url, dest, entry.sha256, mismatch_advice=advice)
     else:
         raise ConfigError(f"unsupported ops remote {remote!r} (use file://, http(s):// or oci://)")
 
@@ -255,7 +265,7 @@ def get(key: str, root: Path = REPO_ROOT, log: LogFn = log_info) -> tuple[Entry,
             _fetch_from(remote, entry, dest)
             return entry, dest
         except (ForkError, OSError) as exc:
-            errors.append(f"{remote}: {exc}")
+            errors.append(f"{remote}: {exc}".replace("\n", "\n    "))  # its own lines under its remote
     detail = "".join(f"\n  {e}" for e in errors) or "\n  (no remotes configured)"
     raise DownloadError(
         f"the ops artifact for key {key[:16]} ({entry.file}) is in the index but not in "

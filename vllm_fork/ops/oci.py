@@ -140,7 +140,7 @@ class Registry:
                 return False
             raise
 
-    def fetch_blob(self, sha256: str, dest: Path) -> Path:
+    def fetch_blob(self, sha256: str, dest: Path, mismatch_advice: str = "") -> Path:
         digest = f"sha256:{sha256}"
         try:
             present = self.has_blob(digest)
@@ -149,7 +149,10 @@ class Registry:
         if not present:
             raise DownloadError(f"{self.remote} has no blob {digest}")
         # The token (if any) is known now; fetch_url streams, verifies sha256 and renames.
-        return fetch_url(self._request("GET", self.url(f"blobs/{digest}")), dest, sha256, timeout=TIMEOUT)
+        request = self._request("GET", self.url(f"blobs/{digest}"))
+        if mismatch_advice:
+            return fetch_url(request, dest, sha256, timeout=TIMEOUT, mismatch_advice=mismatch_advice)
+        return fetch_url(request, dest, sha256, timeout=TIMEOUT)
 
     def push_blob(self, path_or_bytes: Path | bytes, digest: str) -> None:
         if self.has_blob(digest):
@@ -208,10 +211,10 @@ def artifact_manifest(filename: str, sha256: str, size: int, key: str) -> bytes:
     return json.dumps(manifest, indent=2, sort_keys=True).encode()
 
 
-def fetch(remote: str, filename: str, sha256: str, dest: Path) -> Path:
+def fetch(remote: str, filename: str, sha256: str, dest: Path, mismatch_advice: str = "") -> Path:
     """Fetch the artifact (blob `sha256:<sha256>`) from an OCI remote into `dest`, verified."""
     try:
-        return Registry.parse(remote).fetch_blob(sha256, dest)
+        return Registry.parse(remote).fetch_blob(sha256, dest, mismatch_advice)
     except urllib.error.HTTPError as exc:
         raise DownloadError(f"{remote}: fetching {filename} answered HTTP {exc.code} {exc.reason}") from None
 

@@ -16,7 +16,15 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError, GitError, StepCutShort
 from vllm_fork.core.git import am as git_am
-from vllm_fork.core.git import dirty_paths, git, operation_in_progress, out, rev
+from vllm_fork.core.git import (
+    dirty_paths,
+    git,
+    git_output_without_hints,
+    is_tool_cache,
+    operation_in_progress,
+    out,
+    rev,
+)
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.core.paths import patches_dir as default_patches_dir
 from vllm_fork.queue.patchfile import hunk_patch, parse_patch
@@ -60,7 +68,7 @@ class PatchConflict(ForkError):
         if not failure.conflicts:
             lines.append("  (git gave no file; its output follows)")
         lines.append("git said:")
-        lines.extend(f"  {ln}" for ln in failure.git_output.strip().splitlines()[-12:])
+        lines.extend(f"  {ln}" for ln in git_output_without_hints(failure.git_output)[-12:])
         resolve = (
             "edit the conflict markers"
             if three_way
@@ -70,7 +78,7 @@ class PatchConflict(ForkError):
             "",
             f"Next steps, in {tree}:",
             f"  1. {resolve}; `git am --show-current-patch=diff` shows the patch",
-            "  2. `git add <files>` then `git am --continue` (the remaining patches follow)",
+            "  2. `git add <files>` there, then `invoke apply --continue` (the remaining patches follow)",
             "  3. `invoke export` to write the resolved queue back to patches/, then `invoke check`",
             "Or `invoke apply --abort` to drop the half-applied queue (patches/ is untouched).",
         ]
@@ -107,19 +115,11 @@ def _listed(paths: list[str]) -> str:
 def ignored_work(tree: Path) -> list[str]:
     """Git-ignored files in the tree (a locally built `.so`, a venv) that `git clean -fdx` would delete.
 
-    Python's bytecode caches are not work: importing the tree (the CPU tests do) makes them.
+    Tool caches are not work: importing the tree (the CPU tests do) makes `__pycache__`, a
+    linter or pytest run there makes `.ruff_cache` or `.pytest_cache`.
     """
     listed = git(tree, "status", "--porcelain", "--ignored=traditional", "--untracked-files=normal").stdout
-    found = []
-    for line in listed.splitlines():
-        if not line.startswith("!! "):
-            continue
-        path = line[3:]
-        parts = path.rstrip("/").split("/")
-        if "__pycache__" in parts or path.endswith(".pyc"):
-            continue
-        found.append(path)
-    return found
+    return [line[3:] for line in listed.splitlines() if line.startswith("!! ") and not is_tool_cache(line[3:])]
 
 
 def ensure_clean(tree: Path, force: bool) -> None:
@@ -130,7 +130,7 @@ def ensure_clean(tree: Path, force: bool) -> None:
     op = operation_in_progress(tree)
     if op:
         problems.append(f"a `git {op}` is stopped half-way")
-    dirty = dirty_paths(tree)
+    dirty = [p for p in dirty_paths(tree) if not is_tool_cache(p)]
     if dirty:
         problems.append(f"uncommitted changes:{_listed(dirty)}")
     ignored = ignored_work(tree)
@@ -162,6 +162,14 @@ def prepare_tree(tree: Path, upstream: Upstream, tag: str, force: bool = False, 
     elif operation_in_progress(tree):
         drop_stopped_am(tree)  # --abort, or --quit when an edited file makes --abort refuse
         git(tree, "rebase", "--abort", check=False)
+        left = operation_in_progress(tree)
+        if left:
+            gitdir = _gitdir(tree)
+            raise ForkError(
+                f"could not end the stopped `git {left}` in {tree} (`git am --abort` and `--quit` both failed). "
+                f"Remove its state by hand: `rm -rf {gitdir / 'rebase-apply'} {gitdir / 'rebase-merge'}`, then run "
+                "the same command again."
+            )
     if borrow_objects:
         alternates = _gitdir(tree) / "objects" / "info" / "alternates"
         alternates.parent.mkdir(parents=True, exist_ok=True)

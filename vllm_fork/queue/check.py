@@ -15,6 +15,7 @@ from vllm_fork.queue.apply import conflicts_at, prepare_tree
 from vllm_fork.queue.carry import status_problems
 from vllm_fork.queue.export import format_patches
 from vllm_fork.queue.patchfile import parse_patch
+from vllm_fork.queue.selfcontained import prefix_findings
 from vllm_fork.queue.series import series_entries, series_problems
 from vllm_fork.upstream.pin import Pin, load_pin
 from vllm_fork.upstream.sources import ensure_upstream
@@ -31,6 +32,7 @@ class Kind(enum.Enum):
     MESSAGE = "message"  # no subject, or no body saying why
     APPLY = "apply"  # does not apply strictly on the pinned release
     EXPORT = "export"  # apply + export would not give back the same files
+    PREFIX = "self-contained"  # the tree after this patch (and those before it) is broken on its own
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,10 @@ def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = N
     prepare_tree(tree, upstream, pin.tag, force=True, borrow_objects=True)
     failed = apply_problems(tree, readable)
     problems += failed
+    if not failed:
+        # Commit i of the check tree is exactly upstream + patches 1..i: each prefix must stand.
+        findings = prefix_findings(tree, upstream.commit, [p.name for p in readable])
+        problems += [Problem(Kind.PREFIX, f.patch, f.message) for f in findings]
     if not failed and not series_problems(pdir) and len(readable) == len(entries):
         problems += export_problems(tree, pdir, entries)
     return problems

@@ -2,6 +2,13 @@
 
 Order matters for --abort: everything here that can fail runs while the saved
 originals still exist, and the state is cleared only after the commit.
+
+The check and the tests are a gate: when either fails, nothing is committed,
+`patches/`, the pin and the other files written here go back to what was saved,
+and the state stays (stage CHECKS), so `invoke rebase --continue` exports the
+tree again and re-runs both, and `--abort` restores everything. Only
+`--accept-failing-tests` commits past a failure, and the report and the commit
+message then say so and list what failed.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from vllm_fork.core import log
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.git import FIXED_EMAIL, git, out
 from vllm_fork.image.dockerfile import retarget_base
@@ -23,6 +31,7 @@ from vllm_fork.rebase.classify import DROPPED, SKIPPED
 from vllm_fork.rebase.refresh import diff_change
 from vllm_fork.rebase.report import Checks, success_report
 from vllm_fork.rebase.state import (
+    CHECKS,
     ORIG_REF,
     SAVED,
     Outcome,
@@ -31,22 +40,16 @@ from vllm_fork.rebase.state import (
     new_pin_of,
     old_pin_of,
     originals_changed,
+    restore_originals,
     state_dir,
     write_report,
 )
+from vllm_fork.rebase.testrun import TestRun, run_tests
 from vllm_fork.upstream.pin import save_pin
 from vllm_fork.wheel.build import seed_cache
 
-DEFAULT_TESTS = f"{shlex.quote(sys.executable)} -m pytest -q -m 'not slow' -p no:cacheprovider"
+DEFAULT_TESTS = f"{shlex.quote(sys.executable)} -m pytest -q -rfE -m 'not slow' -p no:cacheprovider"
 BOT_NAME = "vllm-fork rebase"
-
-
-def run_tests(root: Path, cmd: str) -> tuple[int | None, str]:
-    if not (root / "tests").is_dir():
-        return None, "the repository has no tests/ directory"
-    proc = subprocess.run(cmd, shell=True, cwd=root, capture_output=True, text=True)
-    lines = [ln for ln in (proc.stdout + proc.stderr).strip().splitlines() if ln.strip()]
-    return proc.returncode, (lines[-1] if lines else f"exit status {proc.returncode}")
 
 
 def _user_git(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -97,6 +100,13 @@ def _seed_if_needed(root: Path, tree: Path, state: RebaseState) -> str:
     return f"key {entry.key[:16]}… → {entry.file} ({seconds:.1f} s)"
 
 
+def _stop_at_checks(root: Path, state: RebaseState) -> None:
+    """Nothing lands: the queue, the pin and the rest go back; the state stays for --continue."""
+    restore_originals(root)
+    state.stage = CHECKS
+    state.save(root)
+
+
 def finish(root: Path, state: RebaseState) -> Outcome:
     changed = originals_changed(root)
     if changed:
@@ -120,20 +130,37 @@ def finish(root: Path, state: RebaseState) -> Outcome:
     retarget_base(root / "Dockerfile", old_pin_of(state).tag, new_pin.tag)
     compiled, compiled_source = changed_compiled_inputs(tree, state.old_upstream, state.new_upstream, root)
     seeded = _seed_if_needed(root, tree, state) if compiled else ""
-    problems = [p.message for p in check_mod.check(root, source=state.source)]
-    tests_rc, tests_summary = (None, "--skip-tests")
-    cmd = state.options.tests_cmd or DEFAULT_TESTS
-    if state.options.run_tests:
-        tests_rc, tests_summary = run_tests(root, cmd)
+    try:
+        log.info("check: `invoke check` on the rebased queue")
+        problems = [p.message for p in check_mod.check(root, source=state.source)]
+        cmd = state.options.tests_cmd or DEFAULT_TESTS
+        tests = run_tests(root, cmd) if state.options.run_tests else TestRun(cmd, None, "--skip-tests")
+    except BaseException:
+        # Cut short (Ctrl-C in the tests, a check that could not run): as after a failure, so
+        # --continue runs them again and --abort restores.
+        _stop_at_checks(root, state)
+        raise
+    gate_failed = bool(problems) or tests.failed
     checks = Checks(
-        problems, cmd, tests_rc, tests_summary, compiled, compiled_source, time.monotonic() - started, seeded
+        problems,
+        tests,
+        compiled,
+        compiled_source,
+        time.monotonic() - started,
+        seeded,
+        accepted=gate_failed and state.options.accept_failing_tests,
     )
     report = success_report(state, old_pin_of(state), new_pin, checks)
+    if gate_failed and not state.options.accept_failing_tests:
+        _stop_at_checks(root, state)
+        return Outcome(False, report, write_report(root, report), state, stopped_at=CHECKS)
     path = write_report(root, report)
     branch = commit = ""
     if state.options.commit:
         branch = state.options.branch
         title = f"Rebase the patch queue onto vLLM {new_pin.version} (from {old_pin_of(state).version})"
+        if checks.accepted:
+            title += ", checks failing"
         commit = commit_on_branch(root, branch, f"{title}\n\n{report}")
     clear(root, keep_report=True)
     git(tree, "update-ref", "-d", ORIG_REF, check=False)

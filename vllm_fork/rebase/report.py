@@ -7,10 +7,12 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from vllm_fork.core.git import git_output_without_hints
 from vllm_fork.queue.apply import PatchFailure
 from vllm_fork.rebase.classify import CLEAN, CONFLICT, DROPPED, RESOLVED, SKIPPED, THREE_WAY, PatchResult
 from vllm_fork.rebase.state import RebaseState, new_pin_of, old_pin_of
-from vllm_fork.rebase.survey import GONE, Forecast, Survey
+from vllm_fork.rebase.survey import FOLLOWS, GONE, Forecast, Survey
+from vllm_fork.rebase.testrun import TestRun
 from vllm_fork.upstream.pin import Artifact, Pin
 
 _MARK = {
@@ -21,7 +23,14 @@ _MARK = {
     RESOLVED: "conflict, resolved by hand",
     SKIPPED: "dropped by hand",
     GONE: "**target file gone**",
+    FOLLOWS: "**depends on an earlier failing patch**",
 }
+
+
+def upstream_id(pin: Pin, imported: str) -> str:
+    """The one id a report shows for an upstream: the pin's commit (vLLM's own, from git or the
+    sdist's version file), or the sdist import's when the release does not say its commit."""
+    return pin.commit[:12] if pin.commit else f"sdist import {imported[:12]}"
 
 
 @dataclass
@@ -29,13 +38,20 @@ class Checks:
     """What `invoke rebase` checked after the last patch: the success report shows it."""
 
     check_problems: list[str]
-    tests_cmd: str
-    tests_rc: int | None  # None: not run
-    tests_summary: str
+    tests: TestRun
     compiled_changed: list[str]
     compiled_source: str
     seconds: float = 0.0
     seeded: str = ""  # the ops artifact made for the new release, when --seed made one
+    accepted: bool = False  # committed although they failed (--accept-failing-tests)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.check_problems) or self.tests.failed
+
+
+#: At most this many failing tests are listed by name in a report (the count is always given).
+MAX_LISTED_FAILURES = 40
 
 
 def _cell(text: str) -> str:
@@ -93,7 +109,10 @@ def forecast_section(survey: Survey, results: list[PatchResult] | None = None) -
     done = {r.name: r for r in results or []}
     failing = survey.failing()
     if failing:
-        out += [f"**{len(failing)} patch(es) will need a hand** (conflict or target gone):", ""]
+        out += [
+            f"**{len(failing)} patch(es) will need a hand** (conflict, target gone, or depending on one that fails):",
+            "",
+        ]
         for f in failing:
             i = fc.index(f) + 1
             now = f" — now: {_MARK[done[f.name].outcome]}" if f.name in done else ""
@@ -141,8 +160,8 @@ def survey_report(survey: Survey, old: Pin, new: Pin, source: str, old_commit: s
     out = [
         f"# Survey: the patch queue on vLLM {new.version}",
         "",
-        f"- upstream: **vLLM {old.version}** (`{old.tag or old.commit}`, {old_commit[:12]}) → "
-        f"**vLLM {new.version}** (`{new.tag or new.commit}`, {new_commit[:12]})",
+        f"- upstream: **vLLM {old.version}** (`{old.tag or old.commit}`, {upstream_id(old, old_commit)}) → "
+        f"**vLLM {new.version}** (`{new.tag or new.commit}`, {upstream_id(new, new_commit)})",
         f"- source: `{source}`",
         "- nothing was changed: not `patches/`, the pin, `build/vllm` nor the cache (beyond fetching the upstreams)",
         "",
@@ -156,10 +175,61 @@ def _header(state: RebaseState, old: Pin, new: Pin, title: str) -> list[str]:
     return [
         f"# {title}",
         "",
-        f"- upstream: **vLLM {old.version}** (`{old.tag or old.commit}`, {state.old_upstream[:12]}) → "
-        f"**vLLM {new.version}** (`{new.tag or new.commit}`, {state.new_upstream[:12]})",
+        f"- upstream: **vLLM {old.version}** (`{old.tag or old.commit}`, {upstream_id(old, state.old_upstream)}) → "
+        f"**vLLM {new.version}** (`{new.tag or new.commit}`, {upstream_id(new, state.new_upstream)})",
         f"- source: `{state.source}`"
         + (f" ({new.sdist.filename}, sha256 `{new.sdist.sha256[:16]}…`)" if state.source == "pypi" else ""),
+    ]
+
+
+def _failure_lines(checks: Checks) -> list[str]:
+    """What failed, as bullets: each `invoke check` problem and each failing test."""
+    out = []
+    if checks.check_problems:
+        out.append(f"- `invoke check`: **{len(checks.check_problems)} problem(s)**")
+        out += [f"  - {_cell(p)}" for p in checks.check_problems]
+    t = checks.tests
+    if t.failed:
+        named = f", {len(t.failures)} failing test(s)" if t.failures else ""
+        out.append(f"- tests (`{t.cmd}`): **failed** (exit {t.rc}{named}) — {_cell(t.summary)}")
+        out += [f"  - `{_cell(f)}`" for f in t.failures[:MAX_LISTED_FAILURES]]
+        if len(t.failures) > MAX_LISTED_FAILURES:
+            out.append(f"  - … and {len(t.failures) - MAX_LISTED_FAILURES} more (run the command to see them)")
+    return out
+
+
+def _gate_section(state: RebaseState, checks: Checks) -> list[str]:
+    """Why the rebase stopped before committing, or that it committed past failures on request."""
+    if not checks.failed:
+        return []
+    if checks.accepted:
+        return [
+            "## Committed with failures (`--accept-failing-tests`)",
+            "",
+            "The check or the tests failed and the rebase was told to commit anyway. What failed:",
+            "",
+            *_failure_lines(checks),
+            "",
+        ]
+    return [
+        "## Stopped: the check or the tests failed",
+        "",
+        "Nothing was committed: `patches/`, `upstream.toml` and the rest are as they were before the rebase; "
+        f"every patch is applied in `{state.tree}`. What failed:",
+        "",
+        *_failure_lines(checks),
+        "",
+        "Next steps:",
+        "",
+        f"1. Fix the cause in `{state.tree}` and fold the fix into the patch's commit there "
+        "(`git commit -a --fixup=<commit>` then `git rebase -i --autosquash refs/fork/upstream`; "
+        "for the last patch, `git commit -a --amend`).",
+        "2. `invoke rebase --continue`: exports the tree again, re-runs the check and the tests, and commits on "
+        f"`{state.options.branch}` when they pass.",
+        "",
+        "Or `invoke rebase --continue --accept-failing-tests` to commit anyway (the report and the commit "
+        "message record the failures), or `invoke rebase --abort` to put everything back as it was.",
+        "",
     ]
 
 
@@ -167,10 +237,13 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks: Checks) -> st
     results = state.results
     counts = {k: sum(r.outcome == k for r in results) for k in _MARK}
     summary = ", ".join(f"{n} {_MARK[k].strip('*')}" for k, n in counts.items() if n)
-    out = _header(state, old, new, f"Rebase onto vLLM {new.version}")
+    stopped = checks.failed and not checks.accepted
+    title = f"Rebase onto vLLM {new.version}" + (": stopped, the check or the tests failed" if stopped else "")
+    out = _header(state, old, new, title)
     if _older(old, new):
         out.append(f"- note: {new.version} is older than {old.version}: this moves the fork back")
     out += [f"- patches: {len(results)} → {sum(1 for r in results if r.new_name)} ({summary or 'none'})", ""]
+    out += _gate_section(state, checks)
     if state.forecast:
         out += forecast_section(Survey.from_dict(state.forecast), results)
     out += ["## Patches", ""] + _table(results) + [""]
@@ -217,15 +290,21 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks: Checks) -> st
     if checks.compiled_changed:
         shown = checks.compiled_changed[:30]
         more = len(checks.compiled_changed) - len(shown)
-        out.append(
+        changed_text = (
             f"**Changed** between the two upstreams ({len(checks.compiled_changed)} file(s), list: "
-            f"{checks.compiled_source}). The ops cache has no artifact for {new.version} yet: seed it "
-            f"from the official wheel `{new.wheel.filename or '(none on the index)'}` before building."
+            f"{checks.compiled_source}): the compiled ops of {old.version} do not fit {new.version}."
         )
+        wheel = f"`{new.wheel.filename or '(none on the index)'}`"
         if checks.seeded:
-            out.append(f"Seeded by this rebase (`--seed`): {checks.seeded}; `ops-cache/index.json` is in the commit.")
+            out.append(
+                f"{changed_text} Seeded by this rebase (`--seed`) from the official wheel {wheel}: {checks.seeded}; "
+                "`ops-cache/index.json` is in the commit."
+            )
         else:
-            out.append("Seed it with `invoke ops.seed` on this branch (or `invoke rebase --seed`).")
+            out.append(
+                f"{changed_text} The ops cache has no artifact for {new.version} yet: before building, seed it from the "
+                f"official wheel {wheel} with `invoke ops.seed` on this branch (or rebase with `--seed`)."
+            )
         out.append("")
         out += [f"- `{p}`" for p in shown] + ([f"- … and {more} more"] if more else [])
     else:
@@ -234,19 +313,18 @@ def success_report(state: RebaseState, old: Pin, new: Pin, checks: Checks) -> st
             "no ops-cache seeding needed."
         )
     out += ["", "## Check and tests", ""]
-    if checks.check_problems:
-        out.append(f"- `invoke check`: **{len(checks.check_problems)} problem(s)**")
-        out += [f"  - {_cell(p)}" for p in checks.check_problems]
-    else:
-        out.append("- `invoke check`: ok")
+    listed = "listed above" if checks.failed else ""
+    problems = len(checks.check_problems)
+    out.append(f"- `invoke check`: **{problems} problem(s)**, {listed}" if problems else "- `invoke check`: ok")
+    t = checks.tests
     status = (
         "skipped"
-        if checks.tests_rc is None
-        else "passed"
-        if checks.tests_rc == 0
-        else f"**failed** (exit {checks.tests_rc})"
+        if t.rc is None
+        else f"passed ({t.seconds:.0f} s)"
+        if not t.failed
+        else f"**failed** (exit {t.rc}, {t.seconds:.0f} s), {listed}"
     )
-    out.append(f"- tests (`{checks.tests_cmd}`): {status} — {_cell(checks.tests_summary)}")
+    out.append(f"- tests (`{t.cmd}`): {status} — {_cell(t.summary)}")
     out += ["", "## Pin", "", "| | old | new |", "|---|---|---|"]
     for field in ("version", "tag", "commit"):
         out.append(f"| {field} | `{getattr(old, field)}` | `{getattr(new, field)}` |")
@@ -276,7 +354,7 @@ def conflict_report(state: RebaseState, failure: PatchFailure, root: Path) -> st
     for path, hunks in (stopped.conflicts or {"(git named no file)": []}).items():
         out.append(f"- `{path}`")
         out += [f"  - `{h}`" for h in hunks]
-    out += ["", "git said:", "", "```"] + failure.git_output.strip().splitlines()[-12:] + ["```", ""]
+    out += ["", "git said:", "", "```"] + git_output_without_hints(failure.git_output)[-12:] + ["```", ""]
     out += [
         "Nothing in `patches/`, `upstream.toml` or the ops cache has changed.",
         "",

@@ -15,7 +15,15 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import write_atomic
-from vllm_fork.core.git import git, operation_in_progress, out, rev
+from vllm_fork.core.git import (
+    dirty_paths,
+    git,
+    git_output_without_hints,
+    is_tool_cache,
+    operation_in_progress,
+    out,
+    rev,
+)
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.queue.apply import APPLIED_MARK, UPSTREAM_REF, ensure_clean, prepare_tree
 from vllm_fork.queue.carry import drop_reason, upstream_status
@@ -27,6 +35,7 @@ from vllm_fork.rebase.contentloss import content_loss
 from vllm_fork.rebase.finish import finish
 from vllm_fork.rebase.report import conflict_report, survey_report
 from vllm_fork.rebase.state import (
+    CHECKS,
     ORIG_REF,
     Options,
     Outcome,
@@ -193,10 +202,14 @@ def start(
     options = options or Options()
     if in_progress(root):
         state = RebaseState.load(root)
+        where = (
+            "its check or tests, which failed: fix them in build/vllm"
+            if state.stage == CHECKS
+            else f"{state.queue[state.next_index]}: resolve it"
+        )
         raise ForkError(
-            f"a rebase onto {state.new_pin['version']} is stopped at "
-            f"{state.queue[state.next_index]}: resolve it and run `invoke rebase --continue`, "
-            "or `invoke rebase --abort`"
+            f"a rebase onto {state.new_pin['version']} is stopped at {where} and run "
+            "`invoke rebase --continue`, or `invoke rebase --abort`"
         )
     old_pin, source, patches, new_pin = _target(root, to, latest, source)
     options.branch = options.branch or f"rebase/{new_pin.version}"
@@ -281,16 +294,45 @@ def _run_queue(root: Path, state: RebaseState) -> Outcome:
             assert failure is not None, "classify returns git's failure with every conflict"
             report = conflict_report(state, failure, root)
             path = write_report(root, report)
-            return Outcome(False, report, path, state)
+            return Outcome(False, report, path, state, stopped_at="conflict")
         state.results.append(result)
         state.next_index += 1
         state.save(root)
     return finish(root, state)
 
 
-def continue_(root: Path = REPO_ROOT) -> Outcome:
-    """After the user resolved the stopped patch (and staged it, or committed it): go on."""
+def _continue_after_checks(root: Path, state: RebaseState) -> Outcome:
+    """Stopped because the check or the tests failed: the user fixed the tree; export and run both again."""
+    tree = Path(state.tree)
+    op = operation_in_progress(tree)
+    if op:
+        raise ForkError(
+            f"a `git {op}` is stopped half-way in {tree}: finish it (`git {op} --continue`) or "
+            f"undo it (`git {op} --abort`) there, then `invoke rebase --continue`"
+        )
+    # Work left uncommitted would be tested but not exported: the queue must hold what passed.
+    dirty = [p for p in dirty_paths(tree) if not is_tool_cache(p)]
+    if dirty:
+        raise ForkError(
+            f"{tree} has changes not in any commit:"
+            + "".join(f"\n  {p}" for p in dirty[:10])
+            + "\nThe queue is exported from the commits. Fold them into the patch's commit (`git commit -a "
+            "--fixup=<commit>` then `git rebase -i --autosquash refs/fork/upstream`, or `git commit -a --amend` "
+            "for the last patch), or drop them (`git checkout -- .`), then `invoke rebase --continue`."
+        )
+    state.stage = ""
+    return finish(root, state)
+
+
+def continue_(root: Path = REPO_ROOT, accept_failing_tests: bool = False) -> Outcome:
+    """After the user resolved the stopped patch (and staged it, or committed it), or fixed what
+    failed the check or the tests: go on. `accept_failing_tests` commits even if they fail again."""
     state = RebaseState.load(root)
+    if accept_failing_tests:
+        state.options.accept_failing_tests = True
+        state.save(root)
+    if state.stage == CHECKS:
+        return _continue_after_checks(root, state)
     tree = Path(state.tree)
     stopped = state.results[-1] if state.results and state.results[-1].outcome == CONFLICT else None
     if stopped is None:
@@ -305,8 +347,9 @@ def continue_(root: Path = REPO_ROOT) -> Outcome:
             )
         proc = git(tree, "am", "--continue", check=False)
         if proc.returncode != 0:
+            said = "\n".join(git_output_without_hints(proc.stdout + proc.stderr))
             raise ForkError(
-                f"`git am --continue` in {tree} failed:\n{(proc.stdout + proc.stderr).strip()}\n"
+                f"`git am --continue` in {tree} failed:\n{said}\n"
                 "Stage the resolved files (`git add`), or `git am --skip` in the tree to drop the "
                 "patch; then `invoke rebase --continue`. Or `invoke rebase --abort`."
             )

@@ -21,6 +21,11 @@ STATE = "state.json"
 REPORT = "report.md"
 ORIG_REF = "refs/fork/rebase/orig-head"  # keeps the pre-rebase commits reachable for --abort
 SAVED = "saved"  # the queue and the pin as they were, byte for byte
+#: Files the end of a rebase rewrites besides the queue and the pin (saved too, for --abort).
+FINISH_OUTPUTS = ("Dockerfile", "ops-cache/index.json")
+OUTPUTS_LIST = "outputs.json"  # which of FINISH_OUTPUTS existed (the others are removed on restore)
+#: `RebaseState.stage` while stopped because the check or the tests failed (every patch applied).
+CHECKS = "checks"
 
 
 def state_dir(root: Path) -> Path:
@@ -35,6 +40,7 @@ class Options:
     commit: bool = True
     replace_branch: bool = False
     seed: bool = False  # seed the ops cache when the compiled inputs changed
+    accept_failing_tests: bool = False  # commit even when `invoke check` or the tests fail (recorded)
 
 
 @dataclass
@@ -53,6 +59,7 @@ class RebaseState:
     next_index: int = 0
     stopped_head: str = ""
     forecast: dict = field(default_factory=dict)  # the survey (survey.Survey.to_dict()) made before the first patch
+    stage: str = ""  # CHECKS: every patch applied, stopped because the check or the tests failed
 
     def save(self, root: Path) -> None:
         data = asdict(self)
@@ -77,12 +84,17 @@ def in_progress(root: Path) -> bool:
 
 
 def save_originals(root: Path) -> None:
-    """Copy patches/ (every file) and the pin into build/rebase/saved/."""
+    """Copy patches/ (every file), the pin and the other files the end rewrites into build/rebase/saved/."""
     saved = state_dir(root) / SAVED
     if saved.exists():
         shutil.rmtree(saved)
     shutil.copytree(root / "patches", saved / "patches")
     shutil.copy2(root / PIN_FILE, saved / PIN_FILE)
+    existing = [rel for rel in FINISH_OUTPUTS if (root / rel).is_file()]
+    for rel in existing:
+        (saved / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, saved / rel)
+    write_atomic(saved / OUTPUTS_LIST, json.dumps(existing).encode())
 
 
 def originals_changed(root: Path) -> list[str]:
@@ -99,10 +111,27 @@ def originals_changed(root: Path) -> list[str]:
     return changed
 
 
-def restore_originals(root: Path) -> list[str]:
-    """Put patches/ and the pin back exactly as saved; return what had to change."""
+def _outputs_changed(root: Path) -> list[str]:
+    """FINISH_OUTPUTS that differ from what was saved (none when the state predates saving them)."""
     saved = state_dir(root) / SAVED
-    changed = originals_changed(root)
+    if not (saved / OUTPUTS_LIST).is_file():
+        return []
+    existed = set(json.loads((saved / OUTPUTS_LIST).read_text()))
+    changed = []
+    for rel in FINISH_OUTPUTS:
+        now, was = root / rel, saved / rel
+        if rel in existed:
+            if not (now.is_file() and now.read_bytes() == was.read_bytes()):
+                changed.append(rel)
+        elif now.exists():
+            changed.append(rel)
+    return changed
+
+
+def restore_originals(root: Path) -> list[str]:
+    """Put patches/, the pin and the other files the end rewrites back exactly as saved; return what changed."""
+    saved = state_dir(root) / SAVED
+    changed = originals_changed(root) + _outputs_changed(root)
     for rel in changed:
         src, dst = saved / rel, root / rel
         if src.exists():
@@ -123,7 +152,7 @@ def clear(root: Path, keep_report: bool = True) -> None:
 
 @dataclass
 class Outcome:
-    """What a rebase step ended with: done (report committed) or stopped at a conflict."""
+    """What a rebase step ended with: done (report committed), or stopped at a conflict or at failed checks."""
 
     done: bool
     report: str
@@ -131,6 +160,7 @@ class Outcome:
     state: RebaseState
     branch: str = ""
     commit: str = ""
+    stopped_at: str = ""  # "conflict", or CHECKS when the check or the tests failed
 
 
 def new_pin_of(state: RebaseState) -> Pin:

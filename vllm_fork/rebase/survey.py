@@ -8,6 +8,10 @@ also alone on the new upstream, since the failure may be the earlier one's. Outc
   dropped       upstream already has it (reverses cleanly), or its Upstream-Status
                 drop condition holds for the new upstream
   target gone   a file it edits is not in the new upstream
+  follows       a file it edits is one an earlier patch creates, and that patch
+                fails: not an upstream deletion; the patch is tried again with
+                the failing patches' changes carried over (their new files as
+                the old queue made them, their edits merged into upstream's)
   conflict      the 3-way merge leaves conflict markers (files and hunks named)
 
 Nothing outside a temporary directory changes: not patches/, the pin, build/vllm
@@ -32,6 +36,9 @@ from vllm_fork.rebase.classify import CLEAN, CONFLICT, DROPPED, THREE_WAY, hunks
 from vllm_fork.rebase.contentloss import describe, lost_lines
 
 GONE = "target gone"
+FOLLOWS = "follows"  # a file it edits comes from an earlier patch of the queue, which fails
+#: What a failing patch's outcome is called in a follow-on's note ("depends on patch 1, which ...").
+_FAILS_AS = {CONFLICT: "conflicts", GONE: "edits a file upstream no longer has", FOLLOWS: "fails in its turn"}
 
 
 @dataclass
@@ -56,7 +63,7 @@ class Survey:
     blame_note: str = ""  # why there is no blame (pypi source, history not fetchable); '' with blame
 
     def failing(self) -> list[Forecast]:
-        return [f for f in self.forecasts if f.outcome in (CONFLICT, GONE)]
+        return [f for f in self.forecasts if f.outcome in (CONFLICT, GONE, FOLLOWS)]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -114,6 +121,89 @@ def _seed_preimages(scratch: _Scratch, tmp: Path, old: str, patches: list[Path])
 
 def _creates(diff: FileDiff) -> bool:
     return preimage(diff) is None or any(h.startswith("new file mode") for h in diff.header)
+
+
+def _postimage(diff: FileDiff) -> tuple[str, str] | None:
+    """(mode, blob id) of the file as the patch leaves it, from its header (None: deleted)."""
+    mode, blob = "100644", None
+    for line in diff.header:
+        if line.startswith(("new file mode ", "new mode ")):
+            mode = line.split()[-1]
+        elif line.startswith("index "):
+            fields = line.split()  # index <pre>..<post> [mode]
+            blob = fields[1].split("..")[1]
+            mode = fields[2] if len(fields) > 2 else mode
+    return None if blob is None or set(blob) == {"0"} else (mode, blob)
+
+
+@dataclass
+class _Origin:
+    """The earlier patch of the queue that creates a file."""
+
+    number: int  # 1-based place in the series
+    forecast: Forecast
+    diff: FileDiff
+
+
+def _follow_on(
+    scratch: _Scratch,
+    tmp: Path,
+    index: Path,
+    old: str,
+    patch: Path,
+    parsed: PatchFile,
+    changed: set[str],
+    forecast: Forecast,
+    created: dict[str, _Origin],
+    failed_touch: dict[str, _Origin],
+) -> None:
+    """A target gone because an earlier patch that creates it failed: say so, and try the patch
+    on the new upstream carrying the failing patches' changes over (as a resolution keeping them would)."""
+    failed = {p: created[p] for p in forecast.files if p in created and created[p].forecast.outcome in _FAILS_AS}
+    if not failed or set(failed) != set(forecast.files):
+        return  # at least one file really is gone upstream
+    forecast.outcome = FOLLOWS
+    forecast.notes = [
+        f"depends on patch {o.number} (`{o.forecast.name}`), which {_FAILS_AS[o.forecast.outcome]}: "
+        f"`{path}` is a file that patch creates, not one upstream deleted or moved"
+        for path, o in failed.items()
+    ]
+    trial = tmp / "follow-on.index"
+    shutil.copyfile(index, trial)
+    unmerged = []
+    for diff in parsed.files:
+        path, pre = diff.path, preimage(diff)  # pre: the file as the old queue had it just before this patch
+        if pre is None or scratch.git("cat-file", "-e", pre).returncode != 0:
+            continue
+        if path in failed:
+            mode = (_postimage(failed[path].diff) or ("100644", ""))[0]
+            scratch.git("update-index", "--add", "--cacheinfo", f"{mode},{pre},{path}", index=trial, check=True)
+        elif path in failed_touch:
+            # Upstream's new file with the earlier patches' changes merged in.
+            base = scratch.git("ls-tree", old, "--", path).stdout.split()
+            ours = scratch.blobs(trial, [path]).get(path)
+            if len(base) < 3 or ours is None:
+                continue
+            merged, conflicts, _, _ = _merge_file(scratch, tmp, {"1": base[2], "2": ours, "3": pre})
+            if conflicts:
+                unmerged.append(path)
+                continue
+            blob = scratch.git("hash-object", "-w", "--stdin", input=merged, check=True).stdout.strip()
+            scratch.git("update-index", "--cacheinfo", f"{base[0]},{blob},{path}", index=trial, check=True)
+    first = min(o.number for o in failed.values())
+    if unmerged:
+        files = ", ".join(f"`{p}`" for p in unmerged)
+        forecast.notes.append(
+            f"what it meets once patch {first} is resolved depends on that resolution: the earlier patches' "
+            f"changes to {files} do not merge into the new upstream by themselves"
+        )
+        return
+    solo, _ = _try(scratch, tmp, trial, patch, parsed, changed)
+    forecast.alone = solo.outcome
+    forecast.notes.append(
+        f"with the earlier patches' changes carried over (as a resolution of patch {first} that keeps them "
+        f"would), this patch: {solo.outcome}"
+    )
 
 
 def _failing_hunks(scratch: _Scratch, index: Path, parsed: PatchFile) -> dict[str, list[str]]:
@@ -260,7 +350,9 @@ def survey(
         changed = set(scratch.git("diff", "--name-only", old, new, check=True).stdout.splitlines())
         forecasts: list[Forecast] = []
         failed_before: list[str] = []
-        for patch in patches:
+        created: dict[str, _Origin] = {}  # files the queue creates -> the first patch that does
+        failed_touch: dict[str, _Origin] = {}  # files earlier failing patches edit -> the last one that does
+        for number, patch in enumerate(patches, 1):
             parsed = parse_patch(patch)
             try:
                 status = upstream_status(parsed)
@@ -271,6 +363,13 @@ def survey(
                 forecasts.append(Forecast(patch.name, parsed.subject, DROPPED, notes=[why]))
                 continue
             forecast, to_blame = _try(scratch, tmp, series, patch, parsed, changed)
+            if forecast.outcome == GONE:
+                _follow_on(scratch, tmp, series, old, patch, parsed, changed, forecast, created, failed_touch)
+            for diff in parsed.files:
+                if _creates(diff):
+                    created.setdefault(diff.path, _Origin(number, forecast, diff))
+                if forecast.outcome in _FAILS_AS:
+                    failed_touch[diff.path] = _Origin(number, forecast, diff)
             if status is not None and status.kind != "carry":
                 forecast.notes.insert(0, why or f"Upstream-Status: {status}")
             if forecast.outcome in (CONFLICT, GONE) and failed_before:
@@ -285,7 +384,7 @@ def survey(
                         else ""
                     )
                 )
-            if forecast.outcome in (CONFLICT, GONE):
+            if forecast.outcome in (CONFLICT, GONE, FOLLOWS):
                 failed_before.append(patch.name)
             if blame_from is not None:
                 for diff, hunk in to_blame:

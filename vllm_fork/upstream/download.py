@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import http.client
 import os
+import re
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from vllm_fork.core import log
@@ -25,20 +29,86 @@ def downloads_dir() -> Path:
     return cache_subdir("downloads")
 
 
+@contextmanager
+def _one_download_of(dest: Path, wait: bool = True) -> Iterator[bool]:
+    """Hold the lock of `dest`'s directory (a `flock` on the directory itself, so no lock file;
+    the kernel drops it when its holder dies): one download into a directory at a time, across
+    processes. Yields whether it holds it: False when `wait` is off and another process does,
+    or where the file system has no flock (then nothing is known to be stale)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(dest.parent, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except OSError:  # BlockingIOError: held by another process; others: no flock here
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing the last descriptor releases the lock
+
+
+def _partials_of(dest: Path) -> list[Path]:
+    """The temp files downloads of `dest` write (`.<name>.<8 random chars>.part`, as mkstemp names them)."""
+    pattern = re.compile(rf"\.{re.escape(dest.name)}\.[a-z0-9_]{{8}}\.part")
+    return sorted(p for p in dest.parent.glob(".*.part") if pattern.fullmatch(p.name))
+
+
+def remove_partials(dest: Path) -> list[Path]:
+    """Delete what killed downloads of `dest` left (call holding its download lock: then no
+    download of it is running, so every one of its temp files is stale); say so in one line."""
+    removed, size = [], 0
+    for path in _partials_of(dest):
+        try:
+            size += path.stat().st_size
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            continue
+    if removed:
+        log.info(
+            f"removed {len(removed)} partial download(s) of {dest.name} ({size / (1 << 20):.1f} MiB) "
+            f"that an interrupted run left in {dest.parent}"
+        )
+    return removed
+
+
 class TruncatedTransfer(OSError):
     """The server closed the connection before sending the Content-Length it announced."""
 
 
-def fetch_url(url: str | urllib.request.Request, dest: Path, sha256: str, timeout: float = 60) -> Path:
+#: What to do when the package index serves other bytes than the pin records.
+PIN_MISMATCH_ADVICE = (
+    "If the pin is wrong, fix upstream.toml; if the server sends a different file, check `pip config list`."
+)
+
+
+def fetch_url(
+    url: str | urllib.request.Request,
+    dest: Path,
+    sha256: str,
+    timeout: float = 60,
+    mismatch_advice: str = PIN_MISMATCH_ADVICE,
+) -> Path:
     """Download `url` to `dest` through a temp file; verify `sha256` before the rename.
 
     Network errors and truncated transfers are retried; a full disk is not (it is
     no network error) and raises DiskFull. A hash mismatch deletes the partial and
-    raises, naming the file and both hashes. `dest` is never half-written. `url` may
-    be a Request carrying headers (e.g. a registry's bearer token).
+    raises, naming the file, the source, both hashes and `mismatch_advice` (the next
+    step). `dest` is never half-written. `url` may be a Request carrying headers (e.g.
+    a registry's bearer token).
     """
+    with _one_download_of(dest) as alone:
+        if alone:
+            remove_partials(dest)
+        remove_stale_temps(dest.parent)  # other files' temps, once no process has written them for a while
+        return _fetch_url(url, dest, sha256, timeout, mismatch_advice)
+
+
+def _fetch_url(
+    url: str | urllib.request.Request, dest: Path, sha256: str, timeout: float, mismatch_advice: str
+) -> Path:
     request, url = url, url.full_url if isinstance(url, urllib.request.Request) else url
-    remove_stale_temps(dest.parent)
     last: Exception | None = None
     for attempt in range(1, RETRIES + 1):
         tmp: Path | None = None
@@ -64,8 +134,7 @@ def fetch_url(url: str | urllib.request.Request, dest: Path, sha256: str, timeou
                 raise IntegrityError(
                     f"sha256 mismatch downloading {dest.name} from {url} ({size} bytes, complete):\n"
                     f"  expected {sha256}\n  got      {got}\n"
-                    "The download was deleted and nothing was replaced. If the pin is wrong, fix upstream.toml; "
-                    "if the server sends a different file, check `pip config list` (or the remote)."
+                    f"The download was deleted and nothing was replaced. {mismatch_advice}"
                 )
             rename_into_place(tmp, dest)
             return dest
@@ -110,6 +179,9 @@ def fetch(project: str, filename: str, sha256: str) -> Path:
     except ValueError as exc:
         raise ConfigError(f"upstream.toml: {exc}") from None
     dest = downloads_dir() / filename
+    with _one_download_of(dest, wait=False) as alone:
+        if alone:  # else a download of it runs now: its temp file is not stale
+            remove_partials(dest)
     cached = None
     if dest.exists():
         cached = sha256_file(dest)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ConfigError, ForkError
 from vllm_fork.core.fs import remove_stale_temps
-from vllm_fork.core.git import dirty_paths, git, operation_in_progress, rev
+from vllm_fork.core.git import dirty_paths, git, is_tool_cache, operation_in_progress, rev
 from vllm_fork.core.log import LogFn
 from vllm_fork.core.log import info as log_info
 from vllm_fork.core.log import warning as log_warning
@@ -71,11 +71,13 @@ def tree_commits(tree: Path) -> tuple[str, str]:
     base = rev(tree, UPSTREAM_REF)
     if base is None:
         raise ForkError(f"{tree} has no {UPSTREAM_REF}: make it with `invoke apply`")
-    dirty = dirty_paths(tree)
+    # Tool caches (__pycache__, .ruff_cache, .pytest_cache) are nobody's work: the wheel is built from commits.
+    dirty = [p for p in dirty_paths(tree) if not is_tool_cache(p)]
     if dirty:
         raise ForkError(
             f"{tree} has uncommitted changes ({', '.join(dirty[:5])}{'...' if len(dirty) > 5 else ''}); "
-            "the wheel is built from commits: commit them (and `invoke export`), or `invoke apply --force`"
+            f"the wheel is built from commits. Keep them: `git -C {tree} add -A && git -C {tree} commit` "
+            f"(or `--amend` into the patch's commit), then `invoke export`; or drop them: `invoke apply --force`."
         )
     head = rev(tree, "HEAD")
     if head is None:
