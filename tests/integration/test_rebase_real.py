@@ -1,8 +1,10 @@
 """`invoke rebase` of the real patch queue across real vLLM releases from the package index.
 
 The hop goes from the pinned release (upstream.toml) to the release just before it on
-the index and back to the pinned one: both directions of a real release hop, each
-checked against what git itself says about every patch. Both ends are fixed, so a
+the index and back to the pinned one: both directions of a real release hop. Going
+down, the patches that met the pinned release's changes conflict and are dropped as a
+user would (`git am --skip`, `invoke rebase --continue`); the rest are checked against
+what git itself says. Both ends are fixed, so a
 newer vLLM release does not change the test.
 """
 
@@ -22,12 +24,11 @@ from vllm_fork.queue import apply as queue
 from vllm_fork.queue import check as check_mod
 from vllm_fork.queue.series import read_series
 from vllm_fork.rebase import run as rebase
-from vllm_fork.rebase.classify import CLEAN, DROPPED, THREE_WAY
+from vllm_fork.rebase.classify import CLEAN, DROPPED, SKIPPED, THREE_WAY
 from vllm_fork.rebase.state import Options
 from vllm_fork.rebase.target import release_versions
 from vllm_fork.upstream.pin import load_pin
 from vllm_fork.upstream.pkgindex import list_files
-from vllm_fork.upstream.sources import ensure_upstream
 from vllm_fork_testkit.fork_copy import queue_checkout
 
 REPO = REPO_ROOT
@@ -60,33 +61,36 @@ def test_real_release_hop_and_back(tmp_path):
     previous = str([v for v in release_versions(files) if v < Version(pin.version)][-1])
     root = queue_checkout(tmp_path / "fork")
     queue.apply(root)
-    original = {p.name: p.read_bytes() for p in (root / "patches").iterdir()}
     original_pin = (root / "upstream.toml").read_bytes()
     patches = read_series(root / "patches")
+    tree = root / "build" / "vllm"
 
-    down = rebase.start(root, to=previous, options=Options(run_tests=False))
-    assert down.done, down.report
-    new_up = ensure_upstream(load_pin(root)).commit
-    said = strict_outcomes(root / "build" / "vllm", new_up, patches)
-    got = [r.outcome for r in down.state.results]
-    for i, what in enumerate(said):  # the last strict failure needed a 3-way merge
-        assert got[i] == what if what != THREE_WAY else got[i] in (THREE_WAY, DROPPED)
-    for r in down.state.results:  # the report's table says, per patch, what git did
-        row = next(ln for ln in down.report.splitlines() if f"`{r.name}`" in ln and ln.startswith("| "))
-        assert {"clean": "| clean |", "3-way": "| 3-way merge |", "dropped": "| dropped: already upstream |"}[
-            r.outcome
-        ] in row
-    assert load_pin(root).version == previous and f"vllm-{previous}.tar.gz" in down.report
-    assert "## Compiled inputs" in down.report and check_mod.check(root) == []
+    # Down: the patches that met the pinned release's changes (0.34.0's renames) conflict on
+    # the release before it. Each stop is real git's; the user drops the patch (`git am
+    # --skip`) and continues, as with a patch upstream no longer needs.
+    step = rebase.start(root, to=previous, options=Options(run_tests=False))
+    stops = 0
+    while not step.done:
+        assert "## Conflict" in step.report and "invoke rebase --continue" in step.report
+        assert "git am --continue" not in step.report  # our commands only
+        stops += 1
+        git(tree, "am", "--skip")
+        step = rebase.continue_(root)
+    assert stops >= 1
+    said = strict_outcomes(tree, step.state.new_upstream, patches)
+    got = {r.name: r.outcome for r in step.state.results}
+    first_stop = next(i for i, r in enumerate(step.state.results) if r.outcome == SKIPPED)
+    for i, what in enumerate(said[:first_stop]):  # before the first stop, what git said
+        assert got[patches[i].name] == what if what != THREE_WAY else got[patches[i].name] in (THREE_WAY, DROPPED)
+    assert load_pin(root).version == previous and f"vllm-{previous}.tar.gz" in step.report
+    assert "## Compiled inputs" in step.report and check_mod.check(root) == []
 
     # Back to the pinned release, seeding its ops artifact (its official wheel is cached).
     up = rebase.start(root, to=pin.version, options=Options(run_tests=False, seed=True))
     assert up.done and load_pin(root).version == pin.version
-    # 0.32.0 and 0.33.0 differ in csrc/: the artifact is made from the official wheel.
+    # The two releases differ in csrc/: the artifact is made from the official wheel.
     assert "**Changed**" in up.report and "Seeded by this rebase" in up.report
     index = json.loads((root / "ops-cache" / "index.json").read_text())
     assert any(e["provenance"]["upstream"]["version"] == pin.version for e in index["artifacts"].values())
-    if all(r.outcome == CLEAN for r in down.state.results + up.state.results):
-        # A clean round trip gives back the queue byte for byte.
-        assert {p.name: p.read_bytes() for p in (root / "patches").iterdir()} == original
+    assert all(r.outcome in (CLEAN, THREE_WAY) for r in up.state.results)
     assert (root / "upstream.toml").read_bytes() == original_pin  # same release, same pin, byte for byte

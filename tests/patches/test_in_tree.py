@@ -22,6 +22,7 @@ from vllm_cpu import TREE_ENV
 IN_TREE = [
     "tests/config/test_mm_processor_cache_shm.py",
     "tests/kernels/attention/test_mm_encoder_sdpa_host_cu_seqlens.py",
+    "tests/model_executor/test_kernel_warmup_minimax_m3.py",
     "tests/model_executor/offloader/test_offload_towers_option.py",
     "tests/model_executor/offloader/test_prefetch.py",
     "tests/model_executor/offloader/test_tower_streaming.py",
