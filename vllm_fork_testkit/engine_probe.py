@@ -292,6 +292,7 @@ def run(
     encoder_cudagraphs: bool = False,
     reload_tower_weights: bool = False,
     mm_encoder_attn_backend: str | None = None,
+    kv_cache_memory_bytes: int | None = None,
 ) -> dict:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
@@ -314,6 +315,7 @@ def run(
         **({"mm_encoder_tp_mode": mm_encoder_tp_mode} if mm_encoder_tp_mode else {}),
         **harness_kwargs(cudagraphs, encoder_cudagraphs),
         **({"mm_encoder_attn_backend": mm_encoder_attn_backend} if mm_encoder_attn_backend else {}),
+        **({"kv_cache_memory_bytes": kv_cache_memory_bytes} if kv_cache_memory_bytes else {}),
         **mode_kwargs(mode, resident_gb),
     )
     startup_s = time.perf_counter() - started
@@ -354,12 +356,28 @@ def run(
         reload["compared"] = generate_compared()
         reload["figures"] = llm.collective_rpc(_worker_figures)[0]
 
-    # 20 image requests of varying sizes, one at a time: GPU memory after each.
+    # 20 image requests of varying sizes, one at a time: GPU memory after each. Alone, each
+    # image is one encode (a replay where encoder CUDA graphs hold its size): their
+    # embeddings and prompt logprobs are recorded too.
     allocated = []
+    growth = []
+    recording = llm.collective_rpc(_start_recording_embeddings)[0]
     for i in range(requests):
         size = GROWTH_SIZES[i % len(GROWTH_SIZES)]
-        llm.generate([image_prompt([size], seed=100 + i, family=family)], greedy, use_tqdm=False)
+        out = llm.generate([image_prompt([size], seed=100 + i, family=family)], greedy, use_tqdm=False)[0]
+        growth.append(
+            {
+                "prompt_tokens": len(out.prompt_token_ids),
+                "tokens": list(out.outputs[0].token_ids),
+                "prompt_logprobs": [
+                    None if lp is None else lp[token].logprob
+                    for token, lp in zip(out.prompt_token_ids, out.prompt_logprobs)
+                ],
+            }
+        )
         allocated.append(llm.collective_rpc(_gpu_allocated)[0])
+    if recording:
+        embeddings.update(llm.collective_rpc(_recorded_embeddings)[0])
 
     latency = []
     for i in range(repeats):
@@ -390,6 +408,7 @@ def run(
         "rss_end_bytes": _rss_bytes(),
         "peak_rss_bytes": _peak_rss_bytes(),
         "compared": compared,
+        "growth": growth,
         "after_reload": reload,
         "gpu_allocated_after_requests": allocated,
         "latency": latency,
@@ -414,6 +433,9 @@ def main() -> None:
         help="after the compared prompts, reload the tower's weights in place (new values) and run them again",
     )
     parser.add_argument("--mm-encoder-attn-backend", help="the ViT attention backend (vLLM picks one when unset)")
+    parser.add_argument(
+        "--kv-cache-memory-bytes", type=int, help="the KV cache's size (vLLM sizes it from free memory when unset)"
+    )
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args()
     result = run(
@@ -429,6 +451,7 @@ def main() -> None:
         encoder_cudagraphs=args.encoder_cudagraphs,
         reload_tower_weights=args.reload_tower_weights,
         mm_encoder_attn_backend=args.mm_encoder_attn_backend,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
     )
     Path(args.out).write_text(json.dumps(result))
 

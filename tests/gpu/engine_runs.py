@@ -78,13 +78,35 @@ def embedding_differences(resident: dict, streamed: dict) -> list[str]:
     return found
 
 
-def assert_same_outputs(resident: dict, streamed: dict) -> None:
-    """Same greedy tokens and, float for float, the same prompt logprobs (they depend on the
-    image embeddings, so this proves the streamed encoder's output is the resident one's)."""
-    r, s = resident["compared"], streamed["compared"]
-    assert [x["prompt_tokens"] for x in r] == [x["prompt_tokens"] for x in s]
+def assert_same_embeddings(resident: dict, streamed: dict) -> None:
+    """Every image's encoder output, bit for bit (digests recorded in the worker)."""
+    assert resident.get("embeddings"), "no encoder output was recorded"
+    assert resident["embeddings"].keys() == streamed["embeddings"].keys()
     differ = embedding_differences(resident, streamed)
     assert not differ, "encoder outputs differ:\n" + "\n".join(differ)
-    for a, b in zip(r, s):
-        assert b["tokens"] == a["tokens"]
-        assert b["prompt_logprobs"] == a["prompt_logprobs"]
+
+
+def logprob_differences(a: dict, b: dict) -> list[str]:
+    """Each compared prompt (and image request) whose tokens or prompt logprobs differ."""
+    found = []
+    for part in ("compared", "growth"):
+        for i, (x, y) in enumerate(zip(a.get(part, []), b.get(part, []))):
+            if x["tokens"] != y["tokens"]:
+                found.append(f"{part} {i}: tokens differ")
+            pairs = [(u, v) for u, v in zip(x["prompt_logprobs"], y["prompt_logprobs"]) if u != v]
+            if pairs:
+                worst = max(abs(u - v) for u, v in pairs if u is not None and v is not None)
+                found.append(
+                    f"{part} {i}: {len(pairs)} of {len(x['prompt_logprobs'])} prompt logprobs differ (max {worst:.3g})"
+                )
+    return found
+
+
+def assert_same_outputs(resident: dict, streamed: dict) -> None:
+    """The same encoder outputs, bit for bit, then the same greedy tokens and, float for
+    float, the same prompt logprobs."""
+    r, s = resident["compared"], streamed["compared"]
+    assert [x["prompt_tokens"] for x in r] == [x["prompt_tokens"] for x in s]
+    assert_same_embeddings(resident, streamed)
+    differ = logprob_differences(resident, streamed)
+    assert not differ, "\n".join(differ)
