@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from vllm_cpu import ensure_tree, import_on_cpu, tree_path
+
+from vllm_fork_testkit.vllm_tree import ensure_tree, import_on_cpu, tree_path
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,148 +1,18 @@
-"""Import the patched vLLM tree on the CPU: where the tree is, and how to make it importable.
-
-Two stand-ins make vLLM's CPU platform usable with PyPI's wheels, each minimal
-and explicit: torchvision's two op schemas, and an answer to the triton-cpu check
-(vLLM >= 0.34). Each fails loudly if upstream changes what it answers.
-
-Used two ways: by this folder's conftest.py (a session fixture, before the first
-test), and as a pytest plugin (`-p vllm_cpu`) by the child pytest that runs the
-tree's own tests (test_in_tree.py). Importing this module has no side effects.
+"""The child pytest's plugin (`-p vllm_cpu`, test_in_tree.py): the tree under test first on
+`sys.path`, on the CPU. The steps themselves are `vllm_fork_testkit.vllm_tree`'s, which this
+folder's conftest uses too.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TREE_ENV = "VLLM_FORK_TREE"
+from vllm_fork_testkit.vllm_tree import TREE_ENV, ensure_tree, import_on_cpu, tree_path
 
-
-def tree_path() -> Path:
-    """`$VLLM_FORK_TREE`, else `build/vllm` (which may not exist yet)."""
-    if TREE_ENV in os.environ:
-        return Path(os.environ[TREE_ENV])
-    return REPO_ROOT / "build" / "vllm"
-
-
-def ensure_tree() -> Path:
-    """The tree under test, made with the real `apply` when `build/vllm` is missing."""
-    tree = tree_path()
-    if TREE_ENV not in os.environ and not tree.exists():
-        from vllm_fork.queue.apply import apply
-
-        apply(REPO_ROOT)
-    if not (tree / "vllm" / "__init__.py").is_file():
-        raise RuntimeError(
-            f"No vLLM package under {tree}: point {TREE_ENV} at a patched "
-            "vLLM source tree, or unset it to use build/vllm (`invoke apply`)."
-        )
-    return tree
-
-
-def import_on_cpu(tree: Path) -> None:
-    """Put the tree first on `sys.path` (its `vllm` is the one imported), on the CPU platform."""
-    # vLLM picks its platform at import: no CUDA here, and the tree is not built.
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    if str(tree) not in sys.path:
-        sys.path.insert(0, str(tree))
-    let_torchvision_import_without_its_ops()
-    let_config_checks_pass_without_triton_cpu()
-
-
-#: The check vLLM's CPU platform makes since 0.34.0 (0.33.0 only warned). Its
-#: `check_and_update_config`, run by every `VllmConfig`, refuses x86 without
-#: triton-cpu, which vLLM's CPU CI installs from GitHub releases
-#: (requirements/cpu.txt): PyPI does not carry it.
-TRITON_CPU_CHECK = 'raise RuntimeError("vLLM on x86 CPUs requires Triton (triton-cpu).")'
-
-
-class TritonCpuCheckChanged(RuntimeError):
-    """vLLM's CPU platform no longer makes the check the stand-in answers."""
-
-
-def let_config_checks_pass_without_triton_cpu() -> None:
-    """Answer the CPU platform's triton-cpu check, and only it.
-
-    The patches' CPU tests build configs and run towers with torch ops; none
-    runs vLLM's CPU model runner or a Triton kernel. While (and only while)
-    `CpuPlatform.check_and_update_config` runs, `vllm.triton_utils.HAS_TRITON`
-    reads True, so the check passes; every other reader sees the real value
-    (False here). If the check is no longer in that method, or HAS_TRITON is
-    no longer where it reads it, this raises `TritonCpuCheckChanged` rather
-    than guess: look at the new check and adapt this function.
-    """
-    import inspect
-
-    import vllm.triton_utils
-    from vllm.platforms.cpu import CpuPlatform
-
-    method = CpuPlatform.__dict__["check_and_update_config"]
-    original = getattr(method, "__func__", None)
-    if getattr(original, "_triton_cpu_stand_in", False):
-        return
-    source = inspect.getsource(original) if original else ""
-    if TRITON_CPU_CHECK not in source:
-        from vllm import __version__
-
-        if __version__.startswith("0.33."):
-            return  # 0.33.0 warned instead of refusing: nothing to answer
-        raise TritonCpuCheckChanged(
-            f"vLLM {__version__}'s CpuPlatform.check_and_update_config no longer contains\n"
-            f"  {TRITON_CPU_CHECK}\n"
-            "tests/patches/vllm_cpu.py answers exactly that check: read the new one "
-            "(vllm/platforms/cpu.py) and adapt let_config_checks_pass_without_triton_cpu()."
-        )
-    if "from vllm.triton_utils import HAS_TRITON" not in source or not hasattr(vllm.triton_utils, "HAS_TRITON"):
-        raise TritonCpuCheckChanged(
-            "CpuPlatform.check_and_update_config no longer reads vllm.triton_utils.HAS_TRITON: "
-            "adapt let_config_checks_pass_without_triton_cpu() in tests/patches/vllm_cpu.py."
-        )
-
-    def check_and_update_config(cls, vllm_config):
-        real = vllm.triton_utils.HAS_TRITON
-        vllm.triton_utils.HAS_TRITON = True
-        try:
-            return original(cls, vllm_config)
-        finally:
-            vllm.triton_utils.HAS_TRITON = real
-
-    check_and_update_config._triton_cpu_stand_in = True  # type: ignore[attr-defined]
-    CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
-
-
-def let_torchvision_import_without_its_ops() -> None:
-    """Make PyPI's torchvision importable next to the CPU torch wheel.
-
-    transformers' Qwen2-VL image processor (imported by vLLM's Qwen3-VL) needs
-    torchvision's Python transforms. PyPI only has CUDA builds of torchvision,
-    whose compiled ops cannot load next to CPU torch; torchvision then still
-    registers fake kernels for `torchvision::nms` / `qnms` and fails at
-    import. Declaring those two schemas lets it import; the ops stay
-    unimplemented, and nothing here calls them.
-    """
-    spec = importlib.util.find_spec("torchvision")
-    if spec is None or not spec.submodule_search_locations:
-        return
-    import torch
-
-    libs = list(Path(spec.submodule_search_locations[0]).glob("_C*.so"))
-    try:
-        for lib in libs:
-            torch.ops.load_library(str(lib))
-        if libs:
-            return
-    except OSError:
-        pass
-    schema = "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"
-    for op in ("nms", "qnms"):
-        with contextlib.suppress(RuntimeError):  # already defined
-            torch.library.define(f"torchvision::{op}", schema)
+__all__ = ["TREE_ENV", "ensure_tree", "import_on_cpu", "tree_path"]
 
 
 def pytest_configure(config) -> None:
-    """As a plugin (`-p vllm_cpu`), in the child pytest: the parent made the tree and names it."""
+    """As a plugin, in the child pytest: the parent made the tree and names it."""
     import_on_cpu(Path(os.environ[TREE_ENV]))

@@ -53,3 +53,22 @@ def test_the_run_script_refuses_an_unknown_stage_and_still_packs_its_results(tmp
     assert [p.name for p in out.iterdir()] == ["results.tgz"]
     listing = subprocess.run(["tar", "tzf", str(out / "results.tgz")], capture_output=True, text=True, check=True)
     assert "./machine.txt" in listing.stdout.split()
+
+
+def test_the_proof_script_says_what_is_missing_instead_of_a_traceback(tmp_path: Path):
+    """Run where vLLM is not installed (this machine): one line that names the next step."""
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu" / "proof.sh"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "proof.sh:" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_test_the_proof_script_runs_exists():
+    text = (ROOT / "benchmarks" / "gpu" / "proof.sh").read_text()
+    named = re.findall(r"\b(tests/gpu/\w+\.py)\b", text)
+    assert len(named) == 4 and all((ROOT / p).is_file() for p in named)
