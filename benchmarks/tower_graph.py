@@ -17,7 +17,7 @@ their replays interleaved (CUDA events; medians), with the H2D floor of the same
 ViT attention is vLLM's Triton backend (`--vit-attention TRITON_ATTN`, the default), which
 reads `cu_seqlens` on the device as FlashAttention does (the lent H200 has no
 FlashAttention). With `--vit-attention TORCH_SDPA` only single images run, one sequence
-with `cu_seqlens` None (SDPA's host split sizes are refused in a capture: patch 0003).
+with `cu_seqlens` None (SDPA's host split sizes are refused in a capture: the cu_seqlens patch).
 Per case: resident and streamed replay times, streamed / max(resident, floor), and
 whether the streamed replays equal the resident replay and the eager resident encode bit
 for bit.
@@ -59,7 +59,7 @@ SINGLE_TOKENS = (64, 256, 1024, 2223)
 def cases(vit_attention: str) -> list[tp.Case]:
     """The pipeline matrix's cases a graph can hold with this ViT attention backend.
 
-    SDPA splits sequences by sizes on the host, which a capture refuses (patch 0003):
+    SDPA splits sequences by sizes on the host, which a capture refuses (the cu_seqlens patch):
     only single images, one sequence with no `cu_seqlens`. Triton's ViT attention reads
     `cu_seqlens` on the device: every case (images, batches, videos, and the run of
     encodes of changing shapes, one graph per shape).

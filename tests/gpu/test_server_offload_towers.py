@@ -1,6 +1,6 @@
 """`vllm serve --offload-towers` with the `openai` client, over HTTP.
 
-Also measures patch 0003's claim about the multimodal processor cache: the
+Also measures the mm-cache patch's claim about the multimodal processor cache: the
 cache is filled with distinct images on a live server, once per cache type,
 and the resident memory of the API server and the engine core is read before
 and after. Figures go to `$VLLM_FORK_RESULTS` (when set).

@@ -300,7 +300,7 @@ def test_graph_benchmark_runs_every_path_on_the_cpu(vllm_tree: Path, tmp_path: P
 
 def test_the_benchmarks_default_lookahead_is_vllms(vllm_tree: Path) -> None:
     """The benchmarks' targets at the default lookahead are taken on the rows of vLLM's
-    default for towers (patch 0001), not on a number of their own."""
+    default for towers (the streamer patch), not on a number of their own."""
     from vllm.config.offload import PrefetchOffloadConfig
 
     tower_pipeline = benchmark_module("tower_pipeline")
@@ -359,7 +359,7 @@ def test_graph_benchmark_profiles_a_chosen_case_and_holds_each_encode_to_its_own
 
 
 def test_graph_benchmark_with_sdpa_runs_single_images_without_cu_seqlens(vllm_tree: Path, tmp_path: Path) -> None:
-    """With SDPA's host split sizes a capture is refused (patch 0003): the benchmark holds
+    """With SDPA's host split sizes a capture is refused (the cu_seqlens patch): the benchmark holds
     to single images, one sequence each, no cu_seqlens; same outputs as the eager encode."""
     run_on_cpu(
         REPO / "benchmarks" / "tower_graph.py",

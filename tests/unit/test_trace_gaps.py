@@ -1,5 +1,5 @@
 """vllm_fork_testkit/trace_gaps.py on two real H200 traces of the same streamed encode (2B Qwen3-VL
-tower, 64-token image, 5 encodes), before and after patch 0003 moved the SDPA ViT wrapper's
+tower, 64-token image, 5 encodes), before and after the cu_seqlens patch moved the SDPA ViT wrapper's
 `cu_seqlens` to the host: the per-layer `.tolist()` is a copy into pageable host memory, which
 holds the host until the device is there, and must count as a synchronizing call."""
 
