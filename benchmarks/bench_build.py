@@ -29,6 +29,7 @@ from pathlib import Path
 from vllm_fork.core.fs import write_atomic
 from vllm_fork.core.paths import cache_dir, default_tree
 from vllm_fork.ops.key import compute_key
+from vllm_fork.upstream.pin import load_pin
 from vllm_fork.wheel.build import build, seed_cache
 from vllm_fork.wheel.pylayer import open_layer
 
@@ -47,7 +48,7 @@ def timed(cmd, cwd, env=None) -> float:
 def downloads_only_cache(dest: Path) -> Path:
     shared = cache_dir()
     (dest / "downloads").mkdir(parents=True)
-    for f in (shared / "downloads").glob("vllm-0.33.0*"):
+    for f in (shared / "downloads").glob(f"vllm-{load_pin(ROOT).version}*"):
         os.link(f, dest / "downloads" / f.name)
     (dest / "buildenv").symlink_to(shared / "buildenv")
     return dest

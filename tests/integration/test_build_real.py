@@ -1,4 +1,4 @@
-"""The build on the real vLLM 0.33.0 sdist, wheel and patch series (slow; runs in CI).
+"""The build on the real pinned vLLM sdist, wheel and patch series (slow; runs in CI).
 
 Uses the shared cache (downloads, build env, ops artifacts), so only the first run
 pays for seeding and making the build env.
@@ -30,8 +30,11 @@ from vllm_fork.wheel.verify import verify
 
 pytestmark = pytest.mark.slow
 
-#: The ops key of vLLM 0.33.0 (from the sdist) with ops-cache/build-params.toml: the same everywhere.
-RELEASE_KEY = "4b84359217f9797c94ac1611ec7816baedd1141aca225b2276c7566a10ea1692"
+#: The ops key of the pinned release (vLLM 0.34.0, from the sdist) with
+#: ops-cache/build-params.toml: the same everywhere. A new pin changes it (its rebase seeds it).
+RELEASE_KEY = "5c7c4b1f6482111c8b4732e7fb9aec51576b8d6a127d7fed83b8c6f68d0f50ad"
+#: The compiled members of its official wheel (the ops artifact's members).
+RELEASE_MEMBERS = 2157
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,7 @@ def test_seed_copies_exactly_the_precompiled_members_raw(real_root):
         expected = [i for i in wheel.infolist() if is_precompiled_member(i.filename)]
         got = art.infolist()
         assert [i.filename for i in got] == [i.filename for i in expected]
-        assert len(got) == 2148
+        assert len(got) == RELEASE_MEMBERS
         # raw: same compressed sizes and CRCs as the wheel's entries, nothing recompressed
         assert [(i.CRC, i.compress_size, i.compress_type) for i in got] == [
             (i.CRC, i.compress_size, i.compress_type) for i in expected
@@ -96,7 +99,7 @@ def test_build_writes_provenance_and_verify_passes(real_root, fast_build):
     assert record["pin"] == {"version": pin.version, "tag": pin.tag, "commit": pin.commit, "source": pin.source}
     assert record["version"] == f"{pin.version}+{record['series']['label']}"
     assert [p["name"] for p in record["series"]["patches"]] == (real_root / "patches" / "series").read_text().split()
-    assert record["ops"]["key"] == RELEASE_KEY and record["ops"]["artifact"]["members"] == 2148
+    assert record["ops"]["key"] == RELEASE_KEY and record["ops"]["artifact"]["members"] == RELEASE_MEMBERS
     assert {"apply", "key", "cache", "wheel", "total"} <= set(record["timings"])
     assert any(p["path"] == "vllm/config/multimodal.py" for p in record["patched_files"])
     with zipfile.ZipFile(fast_build.wheel) as zf:
@@ -122,7 +125,7 @@ def test_verify_catches_a_changed_compiled_member(real_root, fast_build, tmp_pat
 def _link_cache(shared: Path, fresh: Path) -> None:
     """A fresh cache holding only the downloads (hard links) and the build env."""
     (fresh / "downloads").mkdir(parents=True)
-    for f in (shared / "downloads").glob("vllm-0.33.0*"):
+    for f in (shared / "downloads").glob(f"vllm-{load_pin(REPO_ROOT).version}*"):
         os.link(f, fresh / "downloads" / f.name)
     (fresh / "buildenv").symlink_to(shared / "buildenv")
 

@@ -18,8 +18,11 @@ from vllm_fork.upstream.sources import ensure_upstream
 
 pytestmark = pytest.mark.slow
 
-#: The upstream commit the deterministic import of vllm-0.33.0.tar.gz yields on every machine.
-IMPORTED_0_33_0 = "24696b911470aefe13d0de56f80eea5fad8a5f33"
+#: The upstream commit the deterministic import of each release's sdist yields on every machine.
+IMPORTED = {
+    "0.33.0": "24696b911470aefe13d0de56f80eea5fad8a5f33",
+    "0.34.0": "63b739f46a3b51cdf1348060c5006adf3d4c1a4a",
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +42,7 @@ def fork_copy(tmp_path):
 
 def test_import_is_exactly_the_sdist_and_the_same_everywhere(pin):
     up = ensure_upstream(pin, "pypi")
-    if pin.version == "0.33.0":
-        assert up.commit == IMPORTED_0_33_0
+    assert up.commit == IMPORTED[pin.version], "a new pin: add its imported commit to IMPORTED"
     sdist = fetch("vllm", pin.sdist.filename, pin.sdist.sha256)
     with tarfile.open(sdist) as tar:
         shipped = sorted(m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile() or m.issym())

@@ -27,7 +27,11 @@ from vllm_fork.image import plan as img
 from vllm_fork.image import stage as docker_stage
 from vllm_fork.image.engine import BUILDX, builder_kind
 from vllm_fork.ops import cache as opscache
+from vllm_fork.upstream.pin import load_pin
 from vllm_fork_testkit.fork_copy import copy_repository, fork_with_wheel
+
+#: The pinned release: the base image's tag, the wheel versions and the sdist follow it.
+PIN = load_pin(Path(__file__).resolve().parents[2])
 
 pytestmark = pytest.mark.slow  # the real wheel (the shared cache; seconds when warm)
 
@@ -101,9 +105,9 @@ def test_plan_stages_the_wheel_and_forms_the_command(repo, real):
     assert (staged / real.name).stat().st_ino == (repo / "dist" / real.name).stat().st_ino
     args = build_args(cmd)
     assert args["WHEEL_FROM"] == "dist"
-    assert args["VLLM_BASE_IMAGE"] == "vllm/vllm-openai" and args["VLLM_BASE_TAG"] == "v0.33.0"
+    assert args["VLLM_BASE_IMAGE"] == "vllm/vllm-openai" and args["VLLM_BASE_TAG"] == PIN.tag
     assert args["FORK_VERSION"] == real.version
-    assert args["FORK_PIN_COMMIT"] == "4ba787ec9"
+    assert args["FORK_PIN_COMMIT"] == PIN.commit
     assert args["FORK_SERIES_LABEL"] == real.record["series"]["label"]
     assert json.loads(args["FORK_SERIES_PATCHES"])[0]["name"] == real.first_patch
     entry = opscache.lookup(real.record["ops"]["key"], repo)  # the index entry opscache wrote
@@ -142,7 +146,7 @@ def test_tags_push_platform_and_digest(repo):
     assert arg(cmd, "--tag") == ["reg.example/vllm:prod", "reg.example/vllm:1"]
     assert "--push" in cmd and "--load" not in cmd
     assert build_args(cmd)["VLLM_BASE_DIGEST"] == digest
-    assert build_args(cmd)["FORK_BASE_REF"] == f"vllm/vllm-openai:v0.33.0@{digest}"
+    assert build_args(cmd)["FORK_BASE_REF"] == f"vllm/vllm-openai:{PIN.tag}@{digest}"
     with pytest.raises(ForkError, match="built for linux/amd64 only"):
         img.plan_image(root=repo, platform="linux/arm64")
     with pytest.raises(ForkError, match="not of the form sha256"):
@@ -156,7 +160,7 @@ def test_digest_in_dockerfile_must_belong_to_the_pinned_tag(repo):
     dockerfile.write_text(pinned)
     (cmd,) = img.plan_image(root=repo).commands
     assert build_args(cmd)["VLLM_BASE_DIGEST"] == "sha256:" + "b" * 64
-    dockerfile.write_text(pinned.replace("ARG VLLM_BASE_TAG=v0.33.0", "ARG VLLM_BASE_TAG=v0.32.0"))
+    dockerfile.write_text(pinned.replace(f"ARG VLLM_BASE_TAG={PIN.tag}", "ARG VLLM_BASE_TAG=v0.32.0"))
     with pytest.raises(ForkError, match="pins VLLM_BASE_DIGEST for v0.32.0"):
         img.plan_image(root=repo)
 
@@ -181,10 +185,10 @@ def test_newest_wheel_for_the_pin_is_chosen(repo, real):
     tag = real.name.split("-", 2)[2]
     add_wheel(real, repo / "dist", f"vllm-0.32.0+fork.old-{tag}")  # another pin: never chosen
     # Sorts before the real one by name: only its newer mtime makes it the choice.
-    newer = add_wheel(real, repo / "dist", f"vllm-0.33.0+fork.000000-{tag}", copy=True)
+    newer = add_wheel(real, repo / "dist", f"vllm-{PIN.version}+fork.000000-{tag}", copy=True)
     os.utime(newer, (2_000_000_000, 2_000_000_000))
     (cmd,) = img.plan_image(root=repo).commands
-    assert build_args(cmd)["FORK_VERSION"] == "0.33.0+fork.000000"
+    assert build_args(cmd)["FORK_VERSION"] == f"{PIN.version}+fork.000000"
 
 
 def run_invoke(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -214,7 +218,7 @@ def test_invoke_docker_without_buildx_fails_clearly(repo):
 def test_wheel_from_build_plans_the_wheel_stage(repo, real, cache, tmp_path, monkeypatch):
     # A cache holding the sdist, an unrelated file and the artifact the committed index lists.
     (cache / "downloads").mkdir(parents=True)
-    (cache / "downloads" / "vllm-0.33.0.tar.gz").write_bytes(b"sdist")
+    (cache / "downloads" / PIN.sdist.filename).write_bytes(b"sdist")
     (cache / "downloads" / "unrelated.whl").write_bytes(b"x")
     artifact = opscache.ops_dir() / opscache.lookup(real.record["ops"]["key"], repo).file
     artifact.write_bytes(b"artifact")
@@ -228,7 +232,7 @@ def test_wheel_from_build_plans_the_wheel_stage(repo, real, cache, tmp_path, mon
     assert arg(cmd, "--build-context") == [f"ops-seed={seed}"]
     seeded = sorted(str(p.relative_to(seed)) for p in seed.rglob("*") if p.is_file())
     # The sdist and the artifact the index lists under `file` (as opscache.put writes it).
-    assert seeded == ["downloads/vllm-0.33.0.tar.gz", str(artifact.relative_to(cache))]
+    assert seeded == [f"downloads/{PIN.sdist.filename}", str(artifact.relative_to(cache))]
     # The same through invoke: the wheel stage's command, then how to finish.
     proc = subprocess.run(
         [sys.executable, "-m", "invoke", "docker", "--dry-run", "--wheel-from", "compile"],
