@@ -1,7 +1,8 @@
 """A fork-sized queue (the real patches + 100 generated ones) surveyed for a real release hop.
 
 The survey must name every patch that will fail before anything is resolved (here
-the four generated to conflict with vLLM 0.32.0), forecast the 3-way merges and the
+the four generated to conflict with vLLM 0.32.0, besides the real patches that already
+conflict there, as a survey of the real queue alone says), forecast the 3-way merges and the
 drop-after patches, say that blame needs the git source, and change nothing; the
 rebase then stops at the first conflict with that whole forecast at the top.
 """
@@ -41,6 +42,11 @@ def test_survey_of_a_fork_sized_queue_reports_every_failure_at_once(tmp_path):
     real = len((root / "patches" / "series").read_text().split())
     tree = root / "build" / "vllm"
     queue.apply(root)
+    # The real queue alone on the target: its own patches that need a hand there (the ones
+    # that met the pinned release's changes).
+    alone, _, _ = rebase.survey_only(root, to=TARGET)
+    real_conflicts = sorted(f.subject for f in alone.forecasts if f.outcome == CONFLICT)
+    real_need_hand = len(alone.failing())
     pin = load_pin(root)
     old_up = ensure_upstream(pin)
     new_up = ensure_upstream(resolve_target(pin, TARGET, False, pin.source))
@@ -55,12 +61,12 @@ def test_survey_of_a_fork_sized_queue_reports_every_failure_at_once(tmp_path):
     by_subject = {f.subject: f for f in survey.forecasts}
     assert len(survey.forecasts) == real + 100
     assert sorted(f.subject for f in survey.forecasts if f.outcome == CONFLICT) == sorted(
-        generated.subjects["conflict"]
+        generated.subjects["conflict"] + real_conflicts
     )
     assert all(by_subject[s].outcome == DROPPED for s in generated.subjects["dropped"])
     assert all(by_subject[s].notes[0].startswith("Upstream-Status: drop-after") for s in generated.subjects["dropped"])
     assert sum(by_subject[s].outcome == THREE_WAY for s in generated.subjects["3-way"]) >= 3
-    assert "4 patch(es) will need a hand" in text and "unknown with the pypi source" in text
+    assert f"{4 + real_need_hand} patch(es) will need a hand" in text and "unknown with the pypi source" in text
     assert digest(root) == before and out(tree, "rev-parse", "HEAD") == head
 
     outcome = rebase.start(root, to=TARGET, options=Options(run_tests=False))
