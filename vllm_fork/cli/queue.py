@@ -10,6 +10,7 @@ from vllm_fork.cli.exit import run_or_exit as _run
 from vllm_fork.queue import apply as queue
 from vllm_fork.queue import check as check_mod
 from vllm_fork.queue.export import export as export_queue
+from vllm_fork.queue.report import format_report
 from vllm_fork.queue.status import status_report
 
 
@@ -57,13 +58,22 @@ def export(c):
         print(f"  {name}")
 
 
-@task(help={"source": "pypi or git (default from upstream.toml)"})
-def check(c, source=None):
-    """CI gate: series/files agree, every patch applies strictly, export round-trips, messages say why."""
-    problems = _run(check_mod.check, source=source)
-    if problems:
-        print(f"check: {len(problems)} problem(s)", file=sys.stderr)
-        for problem in problems:
+@task(
+    help={
+        "source": "pypi or git (default from upstream.toml)",
+        "report": "first print each patch's added lines (code, tests, docs), upstream private names, "
+        "message and policy verdict, as Markdown tables",
+    }
+)
+def check(c, source=None, report=False):
+    """CI gate: series/files agree, every patch applies strictly, export round-trips, messages say why, policy."""
+    result = _run(check_mod.review, source=source)
+    if report:
+        print(format_report(result.reports, result.patches, result.policy))
+        print()
+    if result.problems:
+        print(f"check: {len(result.problems)} problem(s)", file=sys.stderr)
+        for problem in result.problems:
             print(f"  - {problem.message}", file=sys.stderr)
         raise Exit(code=1)
     print("check: ok")

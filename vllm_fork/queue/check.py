@@ -7,14 +7,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_fork.core.errors import ForkError
+from vllm_fork.core.errors import ConfigError, ForkError
 from vllm_fork.core.git import am, am_abort, git, operation_in_progress, out
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.core.paths import patches_dir as default_patches_dir
 from vllm_fork.queue.apply import conflicts_at, prepare_tree
 from vllm_fork.queue.carry import status_problems
 from vllm_fork.queue.export import format_patches
-from vllm_fork.queue.patchfile import parse_patch
+from vllm_fork.queue.patchfile import PatchFile, parse_patch
+from vllm_fork.queue.report import PatchReport, Policy, add_private_names, judge, load_policy, patch_report
 from vllm_fork.queue.selfcontained import prefix_findings
 from vllm_fork.queue.series import series_entries, series_problems
 from vllm_fork.upstream.pin import Pin, load_pin
@@ -33,6 +34,7 @@ class Kind(enum.Enum):
     APPLY = "apply"  # does not apply strictly on the pinned release
     EXPORT = "export"  # apply + export would not give back the same files
     PREFIX = "self-contained"  # the tree after this patch (and those before it) is broken on its own
+    POLICY = "policy"  # over a limit of patches/policy.toml, or the policy file itself is wrong
 
 
 @dataclass(frozen=True)
@@ -137,8 +139,32 @@ def export_problems(tree: Path, pdir: Path, entries: list[str]) -> list[Problem]
         return problems
 
 
-def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> list[Problem]:
-    """All problems with patches/ against the pin; empty when the queue is sound."""
+@dataclass
+class Review:
+    """What `check` found, and the per-patch report it judged the policy on."""
+
+    problems: list[Problem]
+    reports: list[PatchReport]  # one per readable patch, in series order
+    patches: list[PatchFile]
+    policy: Policy
+
+
+def policy_review(
+    pdir: Path, entries: list[str], readable: list[Path]
+) -> tuple[list[PatchFile], list[PatchReport], Policy, list[Problem]]:
+    """Each readable patch's report (numbered by its place in the series), the policy, and what it finds wrong."""
+    patches = [parse_patch(p) for p in readable]
+    reports = [patch_report(entries.index(p.name) + 1, parsed) for p, parsed in zip(readable, patches)]
+    try:
+        policy = load_policy(pdir)
+    except ConfigError as exc:
+        return patches, reports, Policy(), [Problem(Kind.POLICY, None, str(exc))]
+    problems = [Problem(Kind.POLICY, patch, message) for patch, message in judge(reports, policy, entries)]
+    return patches, reports, policy, problems
+
+
+def review(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> Review:
+    """All problems with patches/ against the pin, and the per-patch report."""
     pin = pin or load_pin(root)
     pdir = default_patches_dir(root)
     problems = [Problem(Kind.SERIES, None, message) for message in series_problems(pdir)]
@@ -151,6 +177,8 @@ def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = N
         if not any(p.kind is Kind.UNREADABLE for p in found):
             readable.append(patch)
     problems += upstream_status_problems(readable)
+    parsed, reports, policy, found = policy_review(pdir, entries, readable)
+    problems += found
     upstream = ensure_upstream(pin, source)
     tree = root / "build" / ".check-tree"
     prepare_tree(tree, upstream, pin.tag, force=True, borrow_objects=True)
@@ -160,6 +188,14 @@ def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = N
         # Commit i of the check tree is exactly upstream + patches 1..i: each prefix must stand.
         findings = prefix_findings(tree, upstream.commit, [p.name for p in readable])
         problems += [Problem(Kind.PREFIX, f.patch, f.message) for f in findings]
+        commits = git(tree, "rev-list", "--reverse", f"{upstream.commit}..HEAD").stdout.split()
+        if len(commits) == len(readable):
+            add_private_names(reports, parsed, tree, commits)
     if not failed and not series_problems(pdir) and len(readable) == len(entries):
         problems += export_problems(tree, pdir, entries)
-    return problems
+    return Review(problems, reports, parsed, policy)
+
+
+def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> list[Problem]:
+    """All problems with patches/ against the pin; empty when the queue is sound."""
+    return review(root, source, pin).problems
