@@ -14,6 +14,15 @@ the engine figures and the encode figures come from one command on one
 machine.
 
 Writes `engine_offload.json` and `engine_offload.md` into `--out-dir`.
+
+`--smoke` (no GPU needed, about 20 s on the CPU) runs for real what can
+run without one: the argument handling, the checkpoint (made and read back, and
+the probe's 2223-token latency request through its processor), the tower
+benchmark's own `--smoke` (a tiny tower resident and streamed on the CPU, in a
+child process), and the report written from what ran. The engine probes need
+CUDA: they are not run, the report says so in every engine figure's cell
+("not run (needs CUDA)") and lists the command each would have run.
+tests/patches/test_engine_offload_smoke.py runs it.
 """
 
 from __future__ import annotations
@@ -34,47 +43,80 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 MiB = 1 << 20
+MODES = ("resident", "streamed")
+NOT_RUN = "not run (needs CUDA)"
+LATENCY_TOKENS = 2223  # the probe's latency request: one image of this many tokens
+
+
+def probe_command(checkpoint: Path, mode: str, repeats: int, out: Path) -> list[str]:
+    """The engine probe's command line for one mode (one engine per process)."""
+    return [
+        sys.executable,
+        "-m",
+        "vllm_fork_testkit.engine_probe",
+        str(checkpoint),
+        "--mode",
+        mode,
+        "--requests",
+        "0",
+        "--latency-repeats",
+        str(repeats),
+        "--out",
+        str(out),
+    ]
 
 
 def probe(checkpoint: Path, mode: str, repeats: int, workdir: Path) -> dict:
     out = workdir / f"{mode}.json"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vllm_fork_testkit.engine_probe",
-            str(checkpoint),
-            "--mode",
-            mode,
-            "--requests",
-            "0",
-            "--latency-repeats",
-            str(repeats),
-            "--out",
-            str(out),
-        ],
-        check=True,
-    )
+    subprocess.run(probe_command(checkpoint, mode, repeats, out), check=True)
     return json.loads(out.read_text())
 
 
-def tower_alone(repeats: int, workdir: Path) -> dict:
-    """The tower-only encode figures (`benchmarks/tower_streaming.py`), in a child process."""
+def tower_alone(repeats: int, workdir: Path, smoke: bool = False) -> dict:
+    """The tower-only encode figures (`benchmarks/tower_streaming.py`), in a child process;
+    with `smoke`, its own --smoke (a tiny tower on the CPU, no timings)."""
     out = workdir / "tower_streaming.json"
+    options = ["--smoke"] if smoke else ["--iters", str(repeats)]
+    by = "benchmarks/engine_offload.py" + (" --smoke" if smoke else "")
     subprocess.run(
         [
             sys.executable,
             str(ROOT / "benchmarks" / "tower_streaming.py"),
             "--out",
             str(out),
-            "--iters",
-            str(repeats),
+            *options,
             "--command",
-            f"python3 benchmarks/tower_streaming.py --iters {repeats} (run by benchmarks/engine_offload.py)",
+            f"python3 benchmarks/tower_streaming.py {' '.join(options)} (run by {by})",
         ],
         check=True,
     )
     return json.loads(out.read_text())
+
+
+def checkpoint_facts(checkpoint: Path) -> dict:
+    """What the engine would load, read back from the checkpoint made on the spot: its
+    config as transformers reads it, and the probe's latency request through its processor
+    (image tokens in the prompt: the tower's input size the latency figures are for)."""
+    from transformers import AutoConfig, AutoProcessor
+
+    from vllm_fork_testkit.engine_probe import image_prompt
+    from vllm_fork_testkit.vlm_checkpoint import family_of
+
+    family = family_of(checkpoint)
+    config = AutoConfig.from_pretrained(checkpoint)
+    vision, text = config.vision_config, config.get_text_config()
+    request = image_prompt([LATENCY_TOKENS], seed=1000, family=family)  # the probe's first latency request
+    processor = AutoProcessor.from_pretrained(checkpoint)
+    batch = processor(text=[request["prompt"]], images=request["multi_modal_data"]["image"], return_tensors="pt")
+    pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    return {
+        "family": family,
+        "architectures": config.architectures,
+        "files": sorted(p.name for p in checkpoint.iterdir()),
+        "vision": {"depth": vision.depth, "hidden_size": vision.hidden_size, "out_hidden_size": vision.out_hidden_size},
+        "text": {"layers": text.num_hidden_layers, "hidden_size": text.hidden_size},
+        "latency_request_image_tokens": int((batch["input_ids"] == pad).sum()),
+    }
 
 
 def latency_ms(result: dict, max_tokens: int) -> float:
@@ -118,6 +160,8 @@ def summarize(results: dict) -> dict:
 
 
 def markdown(report: dict) -> str:
+    if report.get("smoke"):
+        return smoke_markdown(report)
     s = report["summary"]
     lines = [
         "# Resident vs `--offload-towers` in vLLM's engine",
@@ -150,12 +194,94 @@ def markdown(report: dict) -> str:
         f" 16 tokens {s['total_streamed_over_resident']:.3f}x.",
         "",
     ]
-    if report.get("tower_alone"):
-        from tower_streaming import render_markdown
+    return "\n".join(lines + tower_section(report))
 
-        # The tower benchmark's own table, its title one level down.
-        lines.append("#" + render_markdown(report["tower_alone"]))
-    return "\n".join(lines)
+
+def tower_section(report: dict) -> list[str]:
+    if not report.get("tower_alone"):
+        return []
+    from tower_streaming import render_markdown
+
+    # The tower benchmark's own table, its title one level down.
+    return ["#" + render_markdown(report["tower_alone"])]
+
+
+def smoke_markdown(report: dict) -> str:
+    """A --smoke run's report: the engine table's cells are the engine's, none of which ran."""
+    c = report["checkpoint"]
+    lines = [
+        "# Resident vs `--offload-towers` in vLLM's engine",
+        "",
+        f"`{report['command']}` ({report['when']}; CPU: a --smoke run, no engine figures and no"
+        " timing claims). Qwen3-VL checkpoint made on the spot: full-size 8B vision tower"
+        f" (depth {c['vision']['depth']}, hidden {c['vision']['hidden_size']}), {c['text']['layers']}-layer"
+        f" {c['text']['hidden_size']}-wide text model, dummy weights.",
+        "",
+        "| | weights on GPU | KV cache | tower in host RAM | pinned (caching allocator)"
+        " | RSS after load | first token | 16 tokens |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [f"| {mode} |" + f" {NOT_RUN} |" * 7 for mode in MODES]
+    lines += [
+        "",
+        f"- GPU weights saved; KV cache gained: {NOT_RUN}.",
+        f"- Host RAM pinned for the tower; RSS growth: {NOT_RUN}.",
+        f"- Latency streamed / resident: {NOT_RUN}.",
+        "",
+        "Run on the CPU, for real:",
+        "",
+        *(f"- {what}: {how}" for what, how in report["ran"].items()),
+        "",
+        "Needs a GPU, not run:",
+        "",
+        *(f"- {what}: {why}" for what, why in report["not_run"].items()),
+        "",
+    ]
+    return "\n".join(lines + tower_section(report))
+
+
+def smoke_report(args: argparse.Namespace, command: str) -> dict:
+    """What runs without a GPU: the checkpoint, the tower benchmark's smoke, the report."""
+    from vllm_fork_testkit.vllm_tree import let_torchvision_import_without_its_ops
+    from vllm_fork_testkit.vlm_checkpoint import make_checkpoint
+
+    # transformers' image processors import torchvision: PyPI's, next to a CPU torch, imports
+    # only with its two op schemas declared (as tests/patches does).
+    let_torchvision_import_without_its_ops()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        checkpoint = make_checkpoint("qwen3_vl", workdir / "qwen3-vl")
+        facts = checkpoint_facts(checkpoint)
+        commands = {
+            m: shlex.join(probe_command(Path("CHECKPOINT"), m, args.repeats, Path(f"OUT/{m}.json"))[1:]) for m in MODES
+        }
+        tower = tower_alone(args.repeats, workdir, smoke=True)
+    tower_results = tower["results"]
+    return {
+        "command": command,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "smoke": True,
+        "gpu": None,
+        "repeats": args.repeats,
+        "checkpoint": facts,
+        "results": dict.fromkeys(MODES, NOT_RUN),
+        "summary": NOT_RUN,
+        "ran": {
+            "arguments": f"--repeats {args.repeats}, --out-dir {args.out_dir}",
+            "checkpoint": f"made by vllm_fork_testkit.vlm_checkpoint ({len(facts['files'])} files), read back by"
+            f" transformers as {', '.join(facts['architectures'])}; the probe's latency request (an image of"
+            f" {LATENCY_TOKENS} tokens asked) has {facts['latency_request_image_tokens']} image tokens",
+            "tower benchmark": "benchmarks/tower_streaming.py --smoke: a tiny tower resident and streamed,"
+            f" bit-identical: {tower_results['streamed']['bit_identical_to_resident']}",
+            "report": "this JSON and Markdown, from what ran",
+        },
+        "not_run": {
+            **{f"engine probe ({m})": f"{NOT_RUN}: python {commands[m]}" for m in MODES},
+            "tower benchmark's UVA mode and H2D floor": tower_results["uva"]["skipped"],
+            "timings": "none: a --smoke run makes no timing claims",
+        },
+        "tower_alone": tower,
+    }
 
 
 def main() -> None:
@@ -163,8 +289,23 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--command", help="the command to record (default: argv)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="no GPU: the checkpoint, the tower benchmark's smoke and the report; the engine not run",
+    )
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    command = args.command or shlex.join(["python3", *sys.argv])
+    if args.smoke:
+        report = smoke_report(args, command)
+        write_report(args.out_dir, report)
+        return
     import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("engine_offload.py needs a CUDA GPU (--smoke runs the parts that run on the CPU)")
 
     from vllm_fork_testkit.vlm_checkpoint import make_checkpoint
 
@@ -176,7 +317,7 @@ def main() -> None:
     for r in results.values():
         r.pop("compared", None)
     report = {
-        "command": args.command or shlex.join(["python3", *sys.argv]),
+        "command": command,
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "gpu": torch.cuda.get_device_name(),
         "repeats": args.repeats,
@@ -184,8 +325,13 @@ def main() -> None:
         "summary": summarize(results),
         "tower_alone": tower,
     }
-    write_atomic(args.out_dir / "engine_offload.json", json.dumps(report, indent=1))
-    write_atomic(args.out_dir / "engine_offload.md", markdown(report))
+    write_report(args.out_dir, report)
+
+
+def write_report(out_dir: Path, report: dict) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_dir / "engine_offload.json", json.dumps(report, indent=1))
+    write_atomic(out_dir / "engine_offload.md", markdown(report))
     print(markdown(report))
 
 
