@@ -93,8 +93,12 @@ def main() -> int:
         hop_s += seconds
         while not outcome.done:
             stops += 1
-            if operation_in_progress(tree):
-                git(tree, "am", "--skip")  # the maintainer's decision, not the tool's time
+            if not operation_in_progress(tree):
+                # Stopped at the check or the tests, not at a conflict: nothing to skip, and
+                # continuing would stop the same way.
+                stopped = outcome.report.split("## Stopped")[-1]
+                raise SystemExit(f"bench_rebase_scale: the rebase stopped at its checks:\n{stopped[:3000]}")
+            git(tree, "am", "--skip")  # the maintainer's decision, not the tool's time
             outcome, seconds = timed(lambda: rebase.continue_(root))
             hop_s += seconds
         t["rebase_hop_s"] = hop_s

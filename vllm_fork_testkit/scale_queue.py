@@ -62,7 +62,9 @@ def _commit(tree: Path, path: str, text: str, subject: str, status: str) -> None
         f"Generated for the rebase scale benchmark: a small Python-only change to {path}, "
         "the size of most patches a fork carries."
     )
-    git(tree, "commit", "-q", "-m", f"{subject}\n\n{why}\n\nUpstream-Status: {status}\n")
+    # Trailers as the queue's policy asks (patches/policy.toml: Signed-off-by required).
+    message = f"{subject}\n\n{why}\n\nUpstream-Status: {status}\nSigned-off-by: vllm-fork <vllm-fork@localhost>\n"
+    git(tree, "commit", "-q", "-m", message)
 
 
 def generate(

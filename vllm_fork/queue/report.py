@@ -18,9 +18,10 @@ The policy holds the limits `invoke check` enforces, as data:
     limit = "max_code_lines"
     reason = "split pending (issue 43)"
 
-A limit left out is not enforced; without the file there is no policy. An
-exception for a patch not in the series, or one the patch no longer needs, is a
-problem (so exceptions cannot outlive what they excuse).
+A limit left out is not enforced; without the file there is no policy. An exception
+names a patch file, its number ignored (a rebase renumbers). One for a patch no longer
+in the queue, or one the patch no longer needs, is listed in the report as stale, not
+failed: a rebase that drops a patch must not stop on its exception.
 """
 
 from __future__ import annotations
@@ -220,13 +221,13 @@ def judge(reports: list[PatchReport], policy: Policy, series: list[str]) -> list
     `series`: the entries of patches/series (a listed patch that could not be read has no report,
     and check names it already).
     """
-    exempt = {(e.patch, e.limit): e for e in policy.exemptions}
+    exempt = {(patch_stem(e.patch), e.limit): e for e in policy.exemptions}
     used: set[tuple[str, str]] = set()
     problems: list[tuple[str | None, str]] = []
     for report in reports:
         report.breaches, report.excused = [], []
         for breach in breaches_of(report, policy):
-            exemption = exempt.get((breach.patch, breach.limit))
+            exemption = exempt.get((patch_stem(breach.patch), breach.limit))
             if exemption is None:
                 report.breaches.append(breach)
                 problems.append(
@@ -238,16 +239,29 @@ def judge(reports: list[PatchReport], policy: Policy, series: list[str]) -> list
                 )
             else:
                 report.excused.append((breach, exemption.reason))
-                used.add((breach.patch, breach.limit))
-    judged = {r.name for r in reports}
-    for e in policy.exemptions:
-        if e.patch not in series:
-            problems.append(
-                (None, f"{policy.source}: an exception names {e.patch}, which is not in patches/series; remove it")
-            )
-        elif e.patch in judged and (e.patch, e.limit) not in used:
-            problems.append((e.patch, f"{policy.source}: {e.patch} no longer breaks {e.limit}; remove its exception"))
+                used.add((patch_stem(breach.patch), breach.limit))
     return problems
+
+
+def patch_stem(name: str) -> str:
+    """A patch file's name without its number: what an exception names survives a renumbering
+    (a rebase that drops or reorders patches exports them under new numbers)."""
+    return re.sub(r"^\d{4}-", "", name)
+
+
+def stale_exceptions(reports: list[PatchReport], policy: Policy) -> list[str]:
+    """Exceptions that excuse nothing now: their patch left the queue, or no longer breaks the
+    limit. Reported, not failed: a rebase that drops a patch must not stop on its exception
+    (patches/ is the rebase's to write); the maintainer removes it."""
+    breaking = {(patch_stem(b.patch), b.limit) for r in reports for b, _ in r.excused}
+    present = {patch_stem(r.name) for r in reports}
+    notes = []
+    for e in policy.exemptions:
+        if patch_stem(e.patch) not in present:
+            notes.append(f"{policy.source}: an exception names {e.patch}, which is not in the queue: remove it")
+        elif (patch_stem(e.patch), e.limit) not in breaking:
+            notes.append(f"{policy.source}: {e.patch} no longer breaks {e.limit}: remove its exception")
+    return notes
 
 
 # -- private names, from the check tree --
@@ -343,4 +357,7 @@ def private_table(reports: list[PatchReport], tests: dict[str, str]) -> list[str
 def format_report(reports: list[PatchReport], patches: list[PatchFile], policy: Policy) -> str:
     lines = [policy.describe(), "", *summary_table(reports), "", "Upstream private names the patches' code uses:", ""]
     lines += private_table(reports, queue_test_lines(patches))
+    stale = stale_exceptions(reports, policy)
+    if stale:
+        lines += ["", "Stale exceptions (not failures):", *(f"- {note}" for note in stale)]
     return "\n".join(lines)

@@ -31,7 +31,7 @@ import importlib.util
 import re
 import subprocess
 import symtable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_fork.core.git import git, git_env
@@ -138,6 +138,14 @@ class _Snapshot:
     commit: str
     files: set[str]
     dirs: set[str]
+    #: path -> the commit that last wrote it, for the files the queue wrote up to here. Any
+    #: other file is as `base` has it: read there, so each version is read (and parsed) once
+    #: however many prefixes import it.
+    written_at: dict[str, str] = field(default_factory=dict)
+    base: str = ""
+
+    def source_commit(self, path: str) -> str:
+        return self.written_at.get(path, self.base or self.commit)
 
     def module_file(self, module: str) -> str | None:
         """The file that is `module` (a.b -> a/b.py or a/b/__init__.py); '' for a namespace package."""
@@ -318,7 +326,7 @@ def _import_problem(imp: _Import, snap: _Snapshot, blobs: _Blobs) -> _Missing | 
     file = snap.module_file(imp.module)
     if not file:
         return None  # a namespace package: only submodules, checked above
-    text = blobs.text(snap.commit, file)
+    text = blobs.text(snap.source_commit(file), file)
     names = module_bindings(text, file) if text is not None else None
     if names is None or imp.name in names:
         return None
@@ -367,7 +375,7 @@ def prefix_findings(tree: Path, base: str, patches: list[str]) -> list[Finding]:
     if len(commits) != len(patches):
         return []  # not one commit per patch: apply_problems has reported why
     blobs = _Blobs(tree)
-    snapshots = {base: _Snapshot(base, (files := _paths_at(tree, base)), _dirs_of(files))}
+    snapshots = {base: _Snapshot(base, (files := _paths_at(tree, base)), _dirs_of(files), base=base)}
     findings: list[Finding] = []
     parent = base
     for i, (commit, patch) in enumerate(zip(commits, patches)):
@@ -376,7 +384,8 @@ def prefix_findings(tree: Path, base: str, patches: list[str]) -> list[Finding]:
         # The file list follows from the parent's and the commit's changes: no listing per commit.
         files = (before.files - set(deleted)) | set(written)
         dirs = before.dirs | _dirs_of(set(written)) if not deleted else _dirs_of(files)
-        snap = snapshots[commit] = _Snapshot(commit, files, dirs)
+        written_at = {p: c for p, c in before.written_at.items() if p not in deleted} | dict.fromkeys(written, commit)
+        snap = snapshots[commit] = _Snapshot(commit, files, dirs, written_at, base)
         later = list(zip(commits[i + 1 :], patches[i + 1 :]))
         touched = sorted(p for p in written if p.endswith(".py"))
         blobs.get_many([f"{c}:{p}" for p in touched for c in (commit, parent)])
@@ -413,7 +422,11 @@ def _file_findings(
         if name not in already:
             found.append(Finding(patch, path, line, f"undefined name '{name}'", _provider(tree, later, name)))
     old_imports = {(imp.module, imp.name) for imp in imports_of(old, path, first_party)} if old is not None else set()
-    for imp in imports_of(text, path, first_party):
+    imports = imports_of(text, path, first_party)
+    # The modules they import, read in one batch (one git process, not one per import).
+    wanted = [(sn, sn.module_file(imp.module)) for imp in imports for sn in (snap, before)]
+    blobs.get_many([f"{sn.source_commit(file)}:{file}" for sn, file in wanted if file])
+    for imp in imports:
         problem = _import_problem(imp, snap, blobs)
         if problem is None:
             continue
