@@ -392,6 +392,10 @@ def run(
     return {
         "family": family,
         "mode": mode,
+        # Which kernels made these figures: vLLM's real ones (the installed wheel) or the
+        # stand-in harness's pure-torch ones (../shared/gpu/standins.py).
+        "standins": os.environ.get("VLLM_GPU_STANDINS") == "1",
+        "vllm_version": __import__("vllm").__version__,
         "resident_gb": resident_gb,
         "cudagraphs": cudagraphs,
         "encoder_cudagraphs": encoder_cudagraphs,
