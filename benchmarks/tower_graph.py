@@ -129,9 +129,10 @@ class StreamerWatch:
 
     def __enter__(self) -> StreamerWatch:
         from vllm.model_executor.offloader import tower_streaming as ts
+        from vllm.model_executor.offloader import tower_units
 
         counts = self.counts
-        acquire, enter_alone, issue = ts._Ring.acquire, ts.StreamedTower._enter_alone, ts._CopyEngine.issue
+        acquire, enter_alone, issue = ts._Ring.acquire, ts.StreamedTower._enter_alone, tower_units.CopyEngine.issue
         # Trees with a plan for encodes that follow the last one take those positions by `take`.
         take = ts._Ring.__dict__.get("take")
         alone_now = [False]
@@ -162,8 +163,8 @@ class StreamerWatch:
             counts["tables"] += not alone_now[0]
             return issue(engine, unit)
 
-        self._restore = (ts, acquire, take, enter_alone, issue)
-        ts._Ring.acquire, ts.StreamedTower._enter_alone, ts._CopyEngine.issue = (
+        self._restore = (ts, tower_units, acquire, take, enter_alone, issue)
+        ts._Ring.acquire, ts.StreamedTower._enter_alone, tower_units.CopyEngine.issue = (
             counted_acquire,
             counted_alone,
             counted_issue,
@@ -173,8 +174,8 @@ class StreamerWatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        ts, acquire, take, enter_alone, issue = self._restore
-        ts._Ring.acquire, ts.StreamedTower._enter_alone, ts._CopyEngine.issue = acquire, enter_alone, issue
+        ts, tower_units, acquire, take, enter_alone, issue = self._restore
+        ts._Ring.acquire, ts.StreamedTower._enter_alone, tower_units.CopyEngine.issue = acquire, enter_alone, issue
         if take is not None:
             ts._Ring.take = take
 

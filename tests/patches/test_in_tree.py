@@ -27,6 +27,8 @@ IN_TREE = [
     "tests/model_executor/offloader/test_prefetch.py",
     "tests/model_executor/offloader/test_tower_streaming.py",
     "tests/model_executor/offloader/test_tower_streaming_qwen3_vl.py",
+    "tests/model_executor/offloader/test_tower_units.py",
+    "tests/model_executor/offloader/test_wrap_tower.py",
 ]
 
 

@@ -253,7 +253,7 @@ def flatten(out: Any) -> list[torch.Tensor]:
 def streamable_parameters(module: nn.Module) -> list[nn.Parameter]:
     """`module`'s parameters but those the streamer keeps resident by design (the patch's own
     `resident_modules`: token-embedding tables)."""
-    from vllm.model_executor.offloader.tower_streaming import resident_modules
+    from vllm.model_executor.offloader.tower_units import resident_modules
 
     kept = {id(p) for name in resident_modules(module) for p in module.get_submodule(name).parameters()}
     return [p for p in module.parameters() if id(p) not in kept]
