@@ -84,7 +84,7 @@ TOWERS = {"2B": QWEN3_VL_2B_VISION, "8B": QWEN3_VL_8B_VISION}
 # The ViT attention backends the lent H200 runs (no FlashAttention there): SDPA reads the
 # sequences' split sizes on the host; Triton's reads `cu_seqlens` on the device, as
 # FlashAttention does (no host sync per layer, and capturable in a CUDA graph).
-VIT_ATTENTION = ("TORCH_SDPA", "TRITON_ATTN")
+VIT_ATTENTION = ("TORCH_SDPA", "TRITON_ATTN", "default")  # default: what vLLM picks (FlashAttention on Hopper)
 LOOKAHEADS = (1, 2, 3)
 # vLLM's default lookahead for towers (`PrefetchOffloadConfig.offload_towers_prefetch_step`,
 # the streamer patch; a smoke test checks they agree): the rows a deployment gets.
@@ -179,6 +179,11 @@ class Setup:
     vit_attention: str = "TORCH_SDPA"  # --mm-encoder-attn-backend, one of VIT_ATTENTION
     slot_blocks: int = 0  # --offload-towers-slot-mb: this many blocks per ring slot (0: the default)
     compute_stream: str = "default"  # one of COMPUTE_STREAMS: where the encodes' kernels go
+    cases: tuple[str, ...] = ()  # --cases: the names of the CASES to run (empty: all)
+
+    @property
+    def selected_cases(self) -> list[Case]:
+        return [c for c in CASES if not self.cases or c.name in self.cases]
 
     def vision(self, tower: str) -> dict[str, Any]:
         if self.smoke:
@@ -250,7 +255,10 @@ def build_tower(setup: Setup, tower: str, seed: int | None = 0) -> torch.nn.Modu
 def use_vit_attention(module: torch.nn.Module, backend: str) -> None:
     """Run the tower's attention with `backend`, as `--mm-encoder-attn-backend` would choose
     it when the tower is built (the benchmarks build towers without a model config). On the
-    CPU vLLM computes every backend with SDPA; the metadata still follows the backend."""
+    CPU vLLM computes every backend with SDPA; the metadata still follows the backend.
+    "default" leaves vLLM's own choice (FlashAttention on Hopper with the real wheel)."""
+    if backend == "default":
+        return
     from vllm.model_executor.layers.attention.mm_encoder_attention import MMEncoderAttention
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
@@ -272,17 +280,23 @@ def slot_mb(module: torch.nn.Module, blocks: int) -> int:
 
 
 def stream(module: torch.nn.Module, lookahead: int, resident_gb: float = 0.0, slot_blocks: int = 0) -> Any:
-    """Hand the tower to vLLM's prefetch offloader, as `_mark_tower_model` does."""
+    """Hand the tower to vLLM's prefetch offloader, as `_mark_tower_model` does. Options left at
+    their defaults are not passed: a queue without the patch that adds one still runs
+    (series_ablation.py times such prefixes)."""
     from vllm.model_executor.offloader import PrefetchOffloader
 
+    options: dict[str, Any] = {}
+    if resident_gb:
+        options["offload_towers_resident_gb"] = resident_gb
+    if slot_blocks:
+        options["offload_towers_slot_mb"] = slot_mb(module, slot_blocks)
     offloader = PrefetchOffloader(
         group_size=0,
         num_in_group=1,
         prefetch_step=1,
         offload_towers=True,
         offload_towers_prefetch_step=lookahead,
-        offload_towers_resident_gb=resident_gb,
-        offload_towers_slot_mb=slot_mb(module, slot_blocks),
+        **options,
     )
     offloader.wrap_tower(module, prefix="visual")
     offloader.post_init()
@@ -417,7 +431,7 @@ def resident_phase(
     module = build_tower(setup, tower)
     facts = {"param_bytes": param_bytes(module), "param_mib": param_bytes(module) / MiB}
     results, references = {}, {}
-    for case in CASES:
+    for case in setup.selected_cases:
         result, _, last = measure_case(module, case, setup, inputs, budget)
         results[case.name] = result
         if last is not None:
@@ -466,7 +480,7 @@ def streamed_phase(
         "h2d": h2d_floor(streamed, setup),
         "cases": {},
     }
-    for case in CASES:
+    for case in setup.selected_cases:
         result, first, last = measure_paired(module, resident_module, case, setup, inputs, budget)
         if result["status"] == "ok":
             reference = references.get(case.name)
@@ -550,7 +564,7 @@ def rows_of(tower: str, result: dict[str, Any], setup: Setup) -> list[dict[str, 
     result["floor_ms"] = floor_ms
     result["floor_gb_per_s"] = eb.gb_per_s(nbytes, floor_ms) if floor_ms else None
     rows = []
-    for case in CASES:
+    for case in setup.selected_cases:
         resident = result["resident"].get(case.name, {"status": "skipped"})
         for lookahead, phase in result["streamed"].items():
             streamed = phase["cases"].get(case.name, {"status": "skipped"})
@@ -769,6 +783,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--towers", default=",".join(TOWERS), help="comma-separated: 2B,8B")
     parser.add_argument("--lookaheads", default=",".join(map(str, LOOKAHEADS)), help="comma-separated, e.g. 1,2,3")
+    parser.add_argument("--cases", default="", help="comma-separated case names (default: every case)")
     parser.add_argument(
         "--profile",
         default="2B:image-64:1",
@@ -808,6 +823,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--towers: a comma-separated subset of {','.join(TOWERS)}")
     if not args.lookahead_list or min(args.lookahead_list) < 1:
         parser.error("--lookaheads: positive integers, e.g. 1,2,3")
+    args.case_names = tuple(c for c in args.cases.split(",") if c)
+    if not set(args.case_names) <= names:
+        parser.error(f"--cases: a comma-separated subset of {','.join(sorted(names))}")
     args.profile_at = None
     if args.profile != "none":
         parts = args.profile.split(":")
@@ -829,6 +847,7 @@ def make_setup(
     vit_attention: str = "TORCH_SDPA",
     slot_blocks: int = 0,
     compute_stream: str = "default",
+    cases: tuple[str, ...] = (),
 ) -> Setup:
     """The run's device and dtype: the GPU in bf16 with `repeats`, or, for `smoke`, the
     patched tree on the CPU (as tests/patches imports it) in fp32, once each. Exits with a
@@ -854,6 +873,7 @@ def make_setup(
         vit_attention=vit_attention,
         slot_blocks=slot_blocks,
         compute_stream=compute_stream,
+        cases=cases,
     )
 
 
@@ -872,6 +892,7 @@ def main(argv: list[str] | None = None) -> None:
         vit_attention=args.vit_attention,
         slot_blocks=args.slot_blocks,
         compute_stream=args.compute_stream,
+        cases=args.case_names,
     )
     with tf.vllm_context("nccl" if setup.device.type == "cuda" else "gloo"):
         run(args, setup)
@@ -897,6 +918,7 @@ def run(args: argparse.Namespace, setup: Setup) -> None:
             "vit_attention": setup.vit_attention,
             "compute_stream": setup.compute_stream,
             "compute_stream_handle": stream_handle,
+            "cases": list(setup.cases),
         },
         "cases": [
             {
@@ -906,7 +928,7 @@ def run(args: argparse.Namespace, setup: Setup) -> None:
                 "tokens": setup.tokens(c),
                 "encodes": [[list(g) for g in setup.grids(grids)] for grids in c.encodes],
             }
-            for c in CASES
+            for c in setup.selected_cases
         ],
         "complete": False,  # True once every phase has run
         "towers": {},
@@ -972,6 +994,7 @@ def reanalyze(saved: Path, out_dir: Path) -> str:
         vit_attention=settings.get("vit_attention", "TORCH_SDPA"),
         slot_blocks=settings.get("slot_blocks", 0),
         compute_stream=settings.get("compute_stream", "default"),
+        cases=tuple(settings.get("cases", ())),
     )
     report["reanalyzed"] = shlex.join(["python3", *sys.argv])
     return _write(report, setup, out_dir)

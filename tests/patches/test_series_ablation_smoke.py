@@ -1,0 +1,63 @@
+"""benchmarks/series_ablation.py --smoke: each [Perf] prefix of the real queue laid over a copy
+of the patched tree and run through tower_pipeline.py --smoke on the CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BENCHMARK = REPO / "benchmarks" / "series_ablation.py"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(BENCHMARK), *args], capture_output=True, text=True, cwd=REPO)
+
+
+def test_every_prefix_without_the_perf_patches_runs_and_stays_bit_identical(vllm_tree: Path, tmp_path: Path) -> None:
+    overlays, out = tmp_path / "overlays", tmp_path / "out"
+    prepared = run("prepare", "--tree", str(vllm_tree), "--out", str(overlays))
+    assert prepared.returncode == 0, prepared.stderr
+    manifest = json.loads((overlays / "manifest.json").read_text())
+    names = [v["name"] for v in manifest["variants"]]
+    assert names == ["full", "without-10", "without-9-10", "without-8-9-10", "full-slot-2"]
+    # The prefixes are the queue's: cudart only from patch 8, runs only from patch 9.
+    units = "vllm/model_executor/offloader/tower_units.py"
+    assert "CudaRTLibrary" in (overlays / "full" / units).read_text()
+    assert "CudaRTLibrary" not in (overlays / "without-8-9-10" / units).read_text()
+    assert "offload_towers_slot_mb" not in (overlays / "without-9-10" / "vllm/config/offload.py").read_text()
+
+    done = run(
+        "run",
+        "--smoke",
+        "--overlays",
+        str(overlays),
+        "--out-dir",
+        str(out),
+        "--towers",
+        "2B",
+        "--cases",
+        "image-64",
+        "--scratch",
+        str(tmp_path),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads((out / "runs.json").read_text())
+    assert [r["variant"] for r in runs["runs"]] == names
+    for r in runs["runs"]:
+        rows = json.loads(Path(r["result"]).read_text())["rows"]
+        assert [row["bit_identical"] for row in rows] == [True], r["variant"]
+    summary = (out / "series_ablation.md").read_text()
+    assert (
+        summary.startswith("Smoke run") and "| patch 8 (default options) | without-9-10 | without-8-9-10 |" in summary
+    )
+    # The package copies are gone, and the tree under test was not written.
+    assert not list(tmp_path.glob("series-ablation-*"))
+    assert (
+        subprocess.run(
+            ["git", "-C", str(vllm_tree), "status", "--porcelain", "--", "vllm"], capture_output=True, text=True
+        ).stdout
+        == ""
+    )
