@@ -63,6 +63,7 @@ class Patch:
     name: str
     subject: str
     files: tuple[str, ...]  # the code files it touches (not tests/, docs/ or *.md)
+    tests: tuple[str, ...]  # the files under tests/ it touches
 
 
 def read_queue(patches_dir: Path) -> list[Patch]:
@@ -75,8 +76,9 @@ def read_queue(patches_dir: Path) -> list[Patch]:
         subject = re.search(r"^Subject: (?:\[PATCH[^\]]*\] )?(.*(?:\n[ \t].*)*)", text, re.M)
         paths = re.findall(r"^diff --git a/(\S+) b/(\S+)$", text, re.M)
         files = sorted({b for _, b in paths if not b.startswith(("tests/", "docs/")) and not b.endswith(".md")})
+        tests = sorted({b for _, b in paths if b.startswith("tests/")})
         title = " ".join(subject.group(1).split()) if subject else name
-        queue.append(Patch(index, name, title, tuple(files)))
+        queue.append(Patch(index, name, title, tuple(files), tuple(tests)))
     return queue
 
 
@@ -152,21 +154,21 @@ def prepare(tree: Path, patches_dir: Path, out: Path) -> dict[str, Any]:
         manifest["variants"].append(
             {**manifest["variants"][0], "name": SLOT_VARIANT, "overlay_dir": "full", "slot_blocks": 2}
         )
+    tests = sorted({t for p in queue for t in p.tests})
     for variant in manifest["variants"]:
         if variant["name"] == SLOT_VARIANT:
             continue
-        write_tests(tree, variant["commit"], out / variant["name"])
+        write_tests(tree, variant["commit"], tests, out / variant["name"])
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
-#: The streamer's in-tree tests, as each prefix has them (`exec` runs them against its copy).
-TESTS = ("tests/__init__.py", "tests/model_executor/__init__.py", "tests/model_executor/offloader")
-
-
-def write_tests(tree: Path, commit: str, out: Path) -> None:
-    listed = git(tree, "ls-tree", "-r", "--name-only", commit, "--", *TESTS).split()
-    for path in listed:
+def write_tests(tree: Path, commit: str, tests: list[str], out: Path) -> None:
+    """The queue's in-tree test files as `commit` has them (those it lacks are left out), with
+    the `__init__.py` of each package above them, so that `exec` can run them under `out`."""
+    packages = {str(Path(*Path(t).parts[:i]) / "__init__.py") for t in tests for i in range(1, len(Path(t).parts))}
+    listed = set(git(tree, "ls-tree", "-r", "--name-only", commit, "--", "tests").split())
+    for path in sorted((set(tests) | packages) & listed):
         content = subprocess.run(
             ["git", "-C", str(tree), "show", f"{commit}:{path}"], check=True, capture_output=True
         ).stdout

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# On the H200 (after benchmarks/gpu/stage.sh, carrying .gpu): one stage per `run` call, each
-# under the 600 s a command may take. Logs and results land in $OUT. The checkout's root is on
-# PYTHONPATH there (.gpu/run.sh), so the benchmarks and tests import vllm_fork_testkit from it.
+# On the H200, one stage per `run` call, each under the 600 s a command may take. Logs and
+# results land in $OUT. Two harnesses: the real wheel (.gpu-real/run.sh from
+# ../shared/gpu/realwheel.sh, and .gpu-ablation from benchmarks/series_ablation.py prepare:
+# carry both; used whenever .gpu-real is there) or the stand-ins (benchmarks/gpu/stage.sh,
+# carrying .gpu). The checkout's root is on PYTHONPATH either way, so the benchmarks and tests
+# import vllm_fork_testkit from it.
 #   bash benchmarks/gpu/run.sh proof     # in-tree tests, tower tests, engine tests (Qwen3-VL eager and
 #                                        # CUDA graphs, Qwen2.5-VL eager)
 #   bash benchmarks/gpu/run.sh pipeline  # the pipeline matrix (tower_pipeline.py), then 2B with 128 MiB kept resident
@@ -14,6 +17,9 @@
 #                                        # resident-budget engine test
 #   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
 #   bash benchmarks/gpu/run.sh intree    # the vLLM-tree tests of the patches alone
+#   bash benchmarks/gpu/run.sh prefix    # real wheel: the in-tree tests of the queue without its [Perf]
+#                                        # patches, on that prefix's code (PREFIX_VARIANT, default without-8-9-10)
+#   bash benchmarks/gpu/run.sh ablation  # real wheel: series_ablation.py run (ABLATION_ARGS): which [Perf] patches pay
 #   bash benchmarks/gpu/run.sh qwen3     # the Qwen3-VL eager engine test alone (resident vs streamed)
 #   bash benchmarks/gpu/run.sh encgraphs # the engine with encoder CUDA graphs, resident vs streamed (Qwen3-VL)
 #   bash benchmarks/gpu/run.sh reload    # the engine's in-place weight reload (RL weight syncs), resident vs streamed
@@ -28,7 +34,7 @@
 # The host-time probes of issue 11 (hosttime, probe, issue, streams, depth, contention, ab, decompose,
 # encodeab) answered their questions and were removed: benchmarks/results/gpu-runs.md says where.
 set -uo pipefail
-stages="proof intree qwen3 encgraphs reload graph pipeline slots resident matrix serve bench multi"
+stages="proof intree prefix ablation qwen3 encgraphs reload graph pipeline slots resident matrix serve bench multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -37,13 +43,25 @@ export VLLM_FORK_RESULTS=$OUT
 pack_results() { (cd "$OUT" && tar czf /tmp/run-results.tgz . && find . -mindepth 1 -delete \
   && mv /tmp/run-results.tgz results.tgz); }
 trap pack_results EXIT
-{ date -u; cat .gpu/repo/TREE; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.used,memory.total --format=csv
+if [ -f .gpu-real/run.sh ]; then harness=real; else harness=standin; fi
+# The harness's environment, and the checkout as the benchmarks and tests see it there.
+env_run() { if [ $harness = real ]; then bash .gpu-real/run.sh "$@"; else bash .gpu/run.sh "$@"; fi; }
+in_repo() { if [ $harness = real ]; then env_run bash -c "$1"; else env_run bash -c "cd .gpu/repo && $1"; fi; }
+{ date -u; echo "harness: $harness"; [ $harness = real ] && cat .gpu-ablation/manifest.json 2>/dev/null | head -3
+  [ $harness = standin ] && cat .gpu/repo/TREE; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.used,memory.total --format=csv
   df -h /dev/shm; ulimit -l; nproc; free -g; } > "$OUT/machine.txt" 2>&1
-in_repo() { bash .gpu/run.sh bash -c "cd .gpu/repo && $1"; }
 pytest_gpu="python3 -m pytest -p no:cacheprovider -m gpu -q -s -rs"
-intree() {
-  bash .gpu/run.sh bash -c 'cd .gpu/tree && timeout 120 python3 -m pytest -p no:cacheprovider --noconftest -q -rs tests/model_executor/offloader tests/config tests/kernels/attention' 2>&1 | tee "$OUT/gpu-intree-tests.log" | tail -15
+# The in-tree tests: the stand-ins' tree, or, on the real wheel, the queue's test files as a
+# variant of series_ablation.py has them, against that variant's code.
+intree_of() {  # VARIANT LOG
+  if [ $harness = real ]; then
+    env_run timeout 200 python3 benchmarks/series_ablation.py exec --overlays .gpu-ablation --variant "$1" -- \
+      python3 -m pytest -p no:cacheprovider --noconftest -q -rs tests 2>&1 | tee "$OUT/$2" | tail -15
+  else
+    env_run bash -c 'cd .gpu/tree && timeout 120 python3 -m pytest -p no:cacheprovider --noconftest -q -rs tests/model_executor/offloader tests/config tests/kernels/attention' 2>&1 | tee "$OUT/$2" | tail -15
+  fi
 }
+intree() { intree_of full gpu-intree-tests.log; }
 pipeline_budget=${PIPELINE_BUDGET_S:-300}
 for stage in "$@"; do  # all names checked before any stage spends device time
   [[ " $stages " == *" $stage "* ]] || { echo "run.sh: unknown stage $stage ($stages)" >&2; exit 2; }
@@ -52,6 +70,12 @@ for stage in "$@"; do
 echo "== run.sh $stage ($SECONDS s in)"
 case $stage in
 intree) intree ;;
+prefix|ablation)
+  [ $harness = real ] || { echo "run.sh $stage: the real wheel only (carry .gpu-real and .gpu-ablation)"; continue; }
+  if [ $stage = prefix ]; then intree_of "${PREFIX_VARIANT:-without-8-9-10}" gpu-intree-prefix-tests.log
+  else env_run timeout 560 python3 benchmarks/series_ablation.py run --overlays .gpu-ablation --out-dir "$OUT/ablation" ${ABLATION_ARGS:-} 2>&1 | tee "$OUT/series-ablation.log" | tail -25
+  fi
+  ;;
 qwen3)
   in_repo "timeout 240 $pytest_gpu -k qwen3_vl-eager tests/gpu/test_engine_offload_towers.py" 2>&1 | tee "$OUT/gpu-engine-qwen3-tests.log" | tail -20
   ;;

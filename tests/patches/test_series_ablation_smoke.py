@@ -4,6 +4,7 @@ of the patched tree and run through tower_pipeline.py --smoke on the CPU."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,38 @@ def test_every_prefix_without_the_perf_patches_runs_and_stays_bit_identical(vllm
     assert "CudaRTLibrary" in (overlays / "full" / units).read_text()
     assert "CudaRTLibrary" not in (overlays / "without-8-9-10" / units).read_text()
     assert "offload_towers_slot_mb" not in (overlays / "without-9-10" / "vllm/config/offload.py").read_text()
+    # Each prefix's in-tree tests: the queue's, as that prefix has them.
+    assert (overlays / "full" / "tests/model_executor/test_kernel_warmup_minimax_m3.py").is_file()
+    assert not (overlays / "without-8-9-10" / "tests/model_executor/test_kernel_warmup_minimax_m3.py").exists()
+    assert (overlays / "without-8-9-10" / "tests/model_executor/offloader/test_tower_units.py").is_file()
+
+    # `exec` runs a command against one variant's copy of the package the interpreter finds.
+    probe = (
+        "import importlib.util, os; p = importlib.util.find_spec('vllm').submodule_search_locations[0]; "
+        "print(os.getcwd(), 'CudaRTLibrary' in open(os.path.join(p, 'model_executor/offloader/tower_units.py')).read())"
+    )
+    executed = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARK),
+            "exec",
+            "--overlays",
+            str(overlays),
+            "--variant",
+            "without-8-9-10",
+            "--scratch",
+            str(tmp_path),
+            "--",
+            sys.executable,
+            "-c",
+            probe,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(vllm_tree)},
+    )
+    assert executed.stdout.split() == [str(overlays / "without-8-9-10"), "False"], executed.stderr
 
     done = run(
         "run",
