@@ -22,6 +22,8 @@ import json
 import os
 import resource
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from vllm_fork_testkit.vlm_checkpoint import family_of, image_of_tokens
@@ -250,6 +252,37 @@ def _recorded_embeddings(worker) -> dict:
     return digests
 
 
+@contextmanager
+def schedule_trace(llm) -> Iterator[list[dict] | None]:
+    """What each engine step schedules while the block runs: per request, in the order the
+    step lists them, its tokens and its encoder inputs. The batch composition is what the
+    decoder's last bits depend on (its GEMMs run at the step's token count). Yields None
+    where the engine core is not in this process (VLLM_ENABLE_V1_MULTIPROCESSING=1)."""
+    scheduler = getattr(getattr(getattr(llm.llm_engine, "engine_core", None), "engine_core", None), "scheduler", None)
+    if scheduler is None:
+        yield None
+        return
+    steps: list[dict] = []
+    inner = scheduler.schedule
+
+    def schedule(*args, **kwargs):
+        out = inner(*args, **kwargs)
+        if out.total_num_scheduled_tokens:
+            steps.append(
+                {
+                    "tokens": list(out.num_scheduled_tokens.values()),
+                    "encoder_inputs": [len(v) for v in out.scheduled_encoder_inputs.values()],
+                }
+            )
+        return out
+
+    scheduler.schedule = schedule
+    try:
+        yield steps
+    finally:
+        del scheduler.schedule  # the instance attribute: the class's method again
+
+
 def _gpu_allocated(worker) -> int:
     import torch
 
@@ -342,7 +375,8 @@ def run(
         ]
 
     recording = llm.collective_rpc(_start_recording_embeddings)[0]
-    compared = generate_compared()
+    with schedule_trace(llm) as steps:
+        compared = generate_compared()
     embeddings = llm.collective_rpc(_recorded_embeddings)[0] if recording else {}
     graph_stats_after_compared = llm.collective_rpc(_encoder_graph_stats)[0]
     reload: dict = {}
@@ -412,6 +446,7 @@ def run(
         "rss_end_bytes": _rss_bytes(),
         "peak_rss_bytes": _peak_rss_bytes(),
         "compared": compared,
+        "compared_steps": steps,
         "growth": growth,
         "after_reload": reload,
         "gpu_allocated_after_requests": allocated,

@@ -86,10 +86,10 @@ def assert_same_embeddings(resident: dict, streamed: dict) -> None:
     assert not differ, "encoder outputs differ:\n" + "\n".join(differ)
 
 
-def logprob_differences(a: dict, b: dict) -> list[str]:
+def logprob_differences(a: dict, b: dict, parts: tuple[str, ...] = ("compared", "growth")) -> list[str]:
     """Each compared prompt (and image request) whose tokens or prompt logprobs differ."""
     found = []
-    for part in ("compared", "growth"):
+    for part in parts:
         for i, (x, y) in enumerate(zip(a.get(part, []), b.get(part, []))):
             if x["tokens"] != y["tokens"]:
                 found.append(f"{part} {i}: tokens differ")

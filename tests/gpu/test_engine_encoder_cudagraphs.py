@@ -11,8 +11,10 @@ outputs (a digest of each image's embeddings, recorded in the worker, for batche
 eagerly and single images replayed) prove the streamed encoder computes what the resident
 one does; the managers' hit counts prove the graphs ran. The prompt logprobs are compared
 with the decoder on the same KV cache size (a third engine: resident at the streamed
-engine's size), since the streamed engine's larger KV cache alone changed their last bits
-on the real wheel while every embedding was equal. Figures go to `$VLLM_FORK_RESULTS` as
+engine's size): on the real wheel (gpu-real 2026-12-04) the batched prompts' logprobs
+differed in their last bits while every embedding was equal. The engine steps of that
+batch are recorded too, and each image request alone is compared float for float: they
+tell whether what differs is the KV cache size or the batch's split into steps. Figures go to `$VLLM_FORK_RESULTS` as
 `engine_qwen3_vl_encoder_cudagraphs_<backend>.json.gz`.
 """
 
@@ -80,6 +82,39 @@ def test_same_tokens_and_prompt_logprobs_at_the_same_kv_cache_size(engines):
     assert resident["compared"][0]["prompt_tokens"] > 2223  # the 2223-token image went in
     assert_same_outputs(resident, streamed)
     print(f"\n[engine] unequal KV cache sizes: {logprob_differences(engines['resident'], streamed) or 'none differ'}")
+
+
+def test_single_image_requests_match_float_for_float_at_any_kv_cache_size(engines):
+    """Each image request alone (one request per engine step: the same step composition in
+    both engines), prompt logprobs float for float, although the streamed engine's KV cache
+    is larger: the KV cache size alone does not move the decoder's bits."""
+    resident, streamed = engines["resident"], engines["streamed"]
+    assert resident["growth"] and len(resident["growth"]) == len(streamed["growth"])
+    assert resident["num_gpu_blocks"] < streamed["num_gpu_blocks"]
+    differ = logprob_differences(resident, streamed, parts=("growth",))
+    assert not differ, "\n".join(differ)
+
+
+def test_batched_prompt_logprobs_differ_only_where_the_engine_steps_differ(engines):
+    """The compared prompts go in as one batch; the scheduler splits it into steps. Where two
+    engines made the same steps (the same tokens per request per step), their prompt logprobs
+    are equal float for float. Where the steps differ, the decoder's GEMMs ran at other token
+    counts and their last bits may differ: that is vLLM's batch composition, not the
+    encoder's (its outputs are bit-identical, above)."""
+    streamed = engines["streamed"]
+    for name in ("resident", "resident_at_streamed_kv"):
+        other = engines[name]
+        if other.get("compared_steps") is None or streamed.get("compared_steps") is None:
+            pytest.skip("the engine core ran in another process: no step trace")
+        same_steps = other["compared_steps"] == streamed["compared_steps"]
+        differ = logprob_differences(other, streamed, parts=("compared",))
+        print(
+            f"\n[engine] {name} vs streamed: steps {'equal' if same_steps else 'differ'}"
+            f" ({[s['tokens'] for s in other['compared_steps']]} vs {[s['tokens'] for s in streamed['compared_steps']]});"
+            f" logprobs: {differ or 'all equal'}"
+        )
+        if same_steps:
+            assert not differ, f"{name}: the same steps, different logprobs:\n" + "\n".join(differ)
 
 
 def test_no_gpu_memory_growth_over_replays(engines):
