@@ -43,24 +43,36 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 MiB = 1 << 20
-MODES = ("resident", "streamed")
+#: Each mode: the probe's --mode and its flags. "+graphs": vLLM's encoder CUDA graphs too.
+PROBE_MODES = {
+    "resident": ("resident", []),
+    "streamed": ("streamed", []),
+    "resident+graphs": ("resident", ["--encoder-cudagraphs"]),
+    "streamed+graphs": ("streamed", ["--encoder-cudagraphs"]),
+}
+MODES = ("resident", "streamed")  # the default --modes
 NOT_RUN = "not run (needs CUDA)"
 LATENCY_TOKENS = 2223  # the probe's latency request: one image of this many tokens
+SMALL_TOKENS = 256  # and a small one, where an encode is bound by the host's time
 
 
 def probe_command(checkpoint: Path, mode: str, repeats: int, out: Path) -> list[str]:
     """The engine probe's command line for one mode (one engine per process)."""
+    probe_mode, flags = PROBE_MODES[mode]
     return [
         sys.executable,
         "-m",
         "vllm_fork_testkit.engine_probe",
         str(checkpoint),
         "--mode",
-        mode,
+        probe_mode,
+        *flags,
         "--requests",
         "0",
         "--latency-repeats",
         str(repeats),
+        "--latency-tokens",
+        f"{SMALL_TOKENS},{LATENCY_TOKENS}",
         "--out",
         str(out),
     ]
@@ -119,9 +131,14 @@ def checkpoint_facts(checkpoint: Path) -> dict:
     }
 
 
-def latency_ms(result: dict, max_tokens: int) -> float:
-    times = [r["seconds"] for r in result["latency"] if r["max_tokens"] == max_tokens]
-    return statistics.median(times) * 1000
+def latency_ms(result: dict, max_tokens: int, tokens: int = LATENCY_TOKENS) -> float | None:
+    """The median latency of the requests with an image of `tokens` (older results: 2223 only)."""
+    times = [
+        r["seconds"]
+        for r in result["latency"]
+        if r["max_tokens"] == max_tokens and r.get("tokens", LATENCY_TOKENS) == tokens
+    ]
+    return statistics.median(times) * 1000 if times else None
 
 
 def summarize(results: dict) -> dict:
@@ -138,11 +155,20 @@ def summarize(results: dict) -> dict:
             "peak_rss_mib": r["peak_rss_bytes"] / MiB,
             "first_token_ms": latency_ms(r, 1),
             "total_16_tokens_ms": latency_ms(r, 16),
+            "first_token_small_ms": latency_ms(r, 1, SMALL_TOKENS),
             "startup_s": r["startup_s"],
+            "standins": r.get("standins"),
+            "vllm_version": r.get("vllm_version"),
         }
+    summary: dict = {"rows": rows}
+    if "streamed+graphs" in rows and "streamed" in rows:
+        summary["encoder_graphs"] = encoder_graphs_summary(rows)
+    if "resident" not in rows or "streamed" not in rows:
+        return summary
     resident, streamed = rows["resident"], rows["streamed"]
     tower_mib = results["resident"]["tower_param_bytes"] / MiB
     return {
+        **summary,
         "tower_mib": tower_mib,
         "rows": rows,
         "weights_saved_mib": resident["weights_on_gpu_mib"] - streamed["weights_on_gpu_mib"],
@@ -159,41 +185,95 @@ def summarize(results: dict) -> dict:
     }
 
 
+def encoder_graphs_summary(rows: dict) -> dict:
+    """What turning on encoder CUDA graphs does to a streamed engine: start-up, KV cache
+    (the graphs' memory), first-token latency for a small and a large image; and against
+    a resident engine with graphs where one ran."""
+    eager, graphs = rows["streamed"], rows["streamed+graphs"]
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a and b else None
+
+    found = {
+        "startup_s_added": graphs["startup_s"] - eager["startup_s"],
+        "kv_cache_mib_change": graphs["kv_cache_mib"] - eager["kv_cache_mib"],
+        "first_token_small_graphs_over_eager": ratio(graphs["first_token_small_ms"], eager["first_token_small_ms"]),
+        "first_token_graphs_over_eager": ratio(graphs["first_token_ms"], eager["first_token_ms"]),
+    }
+    if "resident+graphs" in rows:
+        resident = rows["resident+graphs"]
+        found["first_token_small_over_resident_graphs"] = ratio(
+            graphs["first_token_small_ms"], resident["first_token_small_ms"]
+        )
+        found["first_token_over_resident_graphs"] = ratio(graphs["first_token_ms"], resident["first_token_ms"])
+    return found
+
+
 def markdown(report: dict) -> str:
     if report.get("smoke"):
         return smoke_markdown(report)
     s = report["summary"]
+    rows = s["rows"]
+    first = next(iter(rows.values()))
+    kernels = (
+        f"the wheel, vLLM {first['vllm_version']}, with its real kernels"
+        if first.get("standins") is False
+        else "vLLM's Python tree with stand-ins for its compiled kernels"
+    )
+    tower = f" ({s['tower_mib']:.0f} MiB bf16)" if "tower_mib" in s else ""
     lines = [
         "# Resident vs `--offload-towers` in vLLM's engine",
         "",
-        f"`{report['command']}` ({report['when']}, {report['gpu']}; vLLM's Python tree"
-        " with stand-ins for its compiled kernels). Qwen3-VL checkpoint made on the spot:"
-        f" full-size 8B vision tower ({s['tower_mib']:.0f} MiB bf16), 2-layer 4096-wide"
-        " text model, dummy weights. Latency: one request, one new 2223-token image,"
-        f" median of {report['repeats']}.",
+        f"`{report['command']}` ({report['when']}, {report['gpu']}; {kernels}). Qwen3-VL checkpoint"
+        f" made on the spot: full-size 8B vision tower{tower}, 2-layer 4096-wide text model, dummy"
+        f" weights. Latency: one request, one new image of {SMALL_TOKENS} or {LATENCY_TOKENS} tokens,"
+        f" median of {report['repeats']}. `+graphs`: vLLM's encoder CUDA graphs too.",
         "",
         "| | weights on GPU | KV cache | tower in host RAM | pinned (caching allocator)"
-        " | RSS after load | first token | 16 tokens |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f" | RSS after load | start-up | first token ({SMALL_TOKENS}) | first token | 16 tokens |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for mode, r in s["rows"].items():
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f} ms"
+
+    for mode, r in rows.items():
         lines.append(
             f"| {mode} | {r['weights_on_gpu_mib']:.0f} MiB | {r['kv_cache_mib']:.0f} MiB"
             f" ({r['num_gpu_blocks']} blocks) | {r['tower_host_mib']:.0f} MiB"
             f" {'/'.join(r['pinning'])} | {r['caching_allocator_pinned_mib']:.0f} MiB"
-            f" | {r['rss_after_load_mib']:.0f} MiB | {r['first_token_ms']:.1f} ms"
-            f" | {r['total_16_tokens_ms']:.1f} ms |"
+            f" | {r['rss_after_load_mib']:.0f} MiB | {r['startup_s']:.0f} s"
+            f" | {ms(r.get('first_token_small_ms'))} | {ms(r['first_token_ms'])} | {ms(r['total_16_tokens_ms'])} |"
         )
-    lines += [
-        "",
-        f"- GPU weights saved: {s['weights_saved_mib']:.0f} MiB; KV cache gained:"
-        f" {s['kv_cache_gained_mib']:.0f} MiB (tower {s['tower_mib']:.0f} MiB).",
-        f"- Host RAM: pinned for the tower {s['host_pinned_over_tower']:.3f}x the tower;"
-        f" RSS growth {s['rss_growth_over_tower']:.3f}x the tower.",
-        f"- Latency streamed / resident: first token {s['first_token_streamed_over_resident']:.3f}x,"
-        f" 16 tokens {s['total_streamed_over_resident']:.3f}x.",
-        "",
-    ]
+    lines.append("")
+    if "weights_saved_mib" in s:
+        lines += [
+            f"- GPU weights saved: {s['weights_saved_mib']:.0f} MiB; KV cache gained:"
+            f" {s['kv_cache_gained_mib']:.0f} MiB (tower {s['tower_mib']:.0f} MiB).",
+            f"- Host RAM: pinned for the tower {s['host_pinned_over_tower']:.3f}x the tower;"
+            f" RSS growth {s['rss_growth_over_tower']:.3f}x the tower.",
+            f"- Latency streamed / resident: first token {s['first_token_streamed_over_resident']:.3f}x,"
+            f" 16 tokens {s['total_streamed_over_resident']:.3f}x.",
+        ]
+    if "encoder_graphs" in s:
+        g = s["encoder_graphs"]
+
+        def x(value: float | None) -> str:
+            return "-" if value is None else f"{value:.3f}x"
+
+        lines += [
+            f"- Encoder CUDA graphs on a streamed engine: start-up {g['startup_s_added']:+.0f} s, KV cache"
+            f" {g['kv_cache_mib_change']:+.0f} MiB; first token {x(g['first_token_small_graphs_over_eager'])}"
+            f" ({SMALL_TOKENS}-token image) and {x(g['first_token_graphs_over_eager'])} ({LATENCY_TOKENS})"
+            " of eager"
+            + (
+                f"; against a resident engine with graphs {x(g['first_token_small_over_resident_graphs'])}"
+                f" and {x(g['first_token_over_resident_graphs'])}."
+                if "first_token_over_resident_graphs" in g
+                else "."
+            ),
+        ]
+    lines.append("")
     return "\n".join(lines + tower_section(report))
 
 
@@ -221,7 +301,7 @@ def smoke_markdown(report: dict) -> str:
         " | RSS after load | first token | 16 tokens |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    lines += [f"| {mode} |" + f" {NOT_RUN} |" * 7 for mode in MODES]
+    lines += [f"| {mode} |" + f" {NOT_RUN} |" * 7 for mode in report["results"]]
     lines += [
         "",
         f"- GPU weights saved; KV cache gained: {NOT_RUN}.",
@@ -253,7 +333,8 @@ def smoke_report(args: argparse.Namespace, command: str) -> dict:
         checkpoint = make_checkpoint("qwen3_vl", workdir / "qwen3-vl")
         facts = checkpoint_facts(checkpoint)
         commands = {
-            m: shlex.join(probe_command(Path("CHECKPOINT"), m, args.repeats, Path(f"OUT/{m}.json"))[1:]) for m in MODES
+            m: shlex.join(probe_command(Path("CHECKPOINT"), m, args.repeats, Path(f"OUT/{m}.json"))[1:])
+            for m in args.mode_list
         }
         tower = tower_alone(args.repeats, workdir, smoke=True)
     tower_results = tower["results"]
@@ -264,7 +345,7 @@ def smoke_report(args: argparse.Namespace, command: str) -> dict:
         "gpu": None,
         "repeats": args.repeats,
         "checkpoint": facts,
-        "results": dict.fromkeys(MODES, NOT_RUN),
+        "results": dict.fromkeys(args.mode_list, NOT_RUN),
         "summary": NOT_RUN,
         "ran": {
             "arguments": f"--repeats {args.repeats}, --out-dir {args.out_dir}",
@@ -276,7 +357,7 @@ def smoke_report(args: argparse.Namespace, command: str) -> dict:
             "report": "this JSON and Markdown, from what ran",
         },
         "not_run": {
-            **{f"engine probe ({m})": f"{NOT_RUN}: python {commands[m]}" for m in MODES},
+            **{f"engine probe ({m})": f"{NOT_RUN}: python {commands[m]}" for m in args.mode_list},
             "tower benchmark's UVA mode and H2D floor": tower_results["uva"]["skipped"],
             "timings": "none: a --smoke run makes no timing claims",
         },
@@ -288,6 +369,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"comma-separated, of {', '.join(PROBE_MODES)} (each its own engine process)",
+    )
     parser.add_argument("--command", help="the command to record (default: argv)")
     parser.add_argument(
         "--smoke",
@@ -297,6 +383,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    args.mode_list = [m for m in args.modes.split(",") if m]
+    if not args.mode_list or not set(args.mode_list) <= set(PROBE_MODES):
+        parser.error(f"--modes: a comma-separated subset of {','.join(PROBE_MODES)}")
     command = args.command or shlex.join(["python3", *sys.argv])
     if args.smoke:
         report = smoke_report(args, command)
@@ -312,7 +401,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         checkpoint = make_checkpoint("qwen3_vl", workdir / "qwen3-vl")
-        results = {m: probe(checkpoint, m, args.repeats, workdir) for m in ("resident", "streamed")}
+        results = {m: probe(checkpoint, m, args.repeats, workdir) for m in args.mode_list}
         tower = tower_alone(max(args.repeats, 10), workdir)
     for r in results.values():
         r.pop("compared", None)

@@ -326,6 +326,7 @@ def run(
     reload_tower_weights: bool = False,
     mm_encoder_attn_backend: str | None = None,
     kv_cache_memory_bytes: int | None = None,
+    latency_tokens: tuple[int, ...] = (2223,),
 ) -> dict:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
@@ -415,13 +416,14 @@ def run(
 
     latency = []
     for i in range(repeats):
-        prompt = image_prompt([2223], seed=1000 + i, family=family)  # a new image each time
-        for max_tokens in (1, 16):
-            params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-            t0 = time.perf_counter()
-            llm.generate([prompt], params, use_tqdm=False)
-            latency.append({"max_tokens": max_tokens, "seconds": time.perf_counter() - t0})
-            prompt = image_prompt([2223], seed=2000 + i, family=family)
+        for tokens in latency_tokens:
+            prompt = image_prompt([tokens], seed=1000 + i, family=family)  # a new image each time
+            for max_tokens in (1, 16):
+                params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+                t0 = time.perf_counter()
+                llm.generate([prompt], params, use_tqdm=False)
+                latency.append({"tokens": tokens, "max_tokens": max_tokens, "seconds": time.perf_counter() - t0})
+                prompt = image_prompt([tokens], seed=2000 + i, family=family)
 
     return {
         "family": family,
@@ -475,6 +477,9 @@ def main() -> None:
     parser.add_argument(
         "--kv-cache-memory-bytes", type=int, help="the KV cache's size (vLLM sizes it from free memory when unset)"
     )
+    parser.add_argument(
+        "--latency-tokens", default="2223", help="comma-separated image sizes (tokens) of the latency requests"
+    )
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args()
     result = run(
@@ -491,6 +496,7 @@ def main() -> None:
         reload_tower_weights=args.reload_tower_weights,
         mm_encoder_attn_backend=args.mm_encoder_attn_backend,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        latency_tokens=tuple(int(t) for t in args.latency_tokens.split(",") if t),
     )
     Path(args.out).write_text(json.dumps(result))
 
