@@ -24,6 +24,8 @@ cp -r tests/gpu .gpu/repo/tests/
 cp -r benchmarks pyproject.toml .gpu/repo/
 rm -rf .gpu/repo/benchmarks/results
 cp -r "$tree/tests/model_executor/offloader" .gpu/tree/tests/model_executor/
+# The packages above them: the tests import their shared toy tower as tests.model_executor.offloader.tower_utils.
+cp "$tree/tests/__init__.py" .gpu/tree/tests/ && cp "$tree/tests/model_executor/__init__.py" .gpu/tree/tests/model_executor/
 cp "$tree/tests/config/test_mm_processor_cache_shm.py" .gpu/tree/tests/config/
 cp "$tree/tests/kernels/attention/test_mm_encoder_sdpa_host_cu_seqlens.py" .gpu/tree/tests/kernels/attention/
 git -C "$tree" rev-parse HEAD^{tree} > .gpu/repo/TREE
