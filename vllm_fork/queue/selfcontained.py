@@ -31,6 +31,7 @@ import importlib.util
 import re
 import subprocess
 import symtable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -214,22 +215,23 @@ def module_bindings(source: str, path: str) -> frozenset[str] | None:
     return None if "__getattr__" in names else frozenset(names)
 
 
-def _declared_global_assignments(table: symtable.SymbolTable) -> set[str]:
-    """Names functions bind at module level through a `global` statement."""
+def _nested_names(table: symtable.SymbolTable, wanted: Callable[[symtable.Symbol], bool]) -> set[str]:
+    """The names of the symbols `wanted` picks in every scope nested in `table`."""
     found = set()
     for child in table.get_children():
-        found |= {s.get_name() for s in child.get_symbols() if s.is_declared_global() and s.is_assigned()}
-        found |= _declared_global_assignments(child)
+        found |= {s.get_name() for s in child.get_symbols() if wanted(s)}
+        found |= _nested_names(child, wanted)
     return found
+
+
+def _declared_global_assignments(table: symtable.SymbolTable) -> set[str]:
+    """Names functions bind at module level through a `global` statement."""
+    return _nested_names(table, lambda s: s.is_declared_global() and s.is_assigned())
 
 
 def _global_uses(table: symtable.SymbolTable) -> set[str]:
     """Names the nested scopes of `table` read as globals."""
-    found = set()
-    for child in table.get_children():
-        found |= {s.get_name() for s in child.get_symbols() if s.is_global() and s.is_referenced()}
-        found |= _global_uses(child)
-    return found
+    return _nested_names(table, lambda s: s.is_global() and s.is_referenced())
 
 
 def undefined_names(source: str, path: str) -> dict[str, int] | str:
