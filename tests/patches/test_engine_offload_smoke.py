@@ -17,17 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from test_tower_pipeline_smoke import REPO, benchmark_module, run_on_cpu
+from test_tower_pipeline_smoke import CPU_ONLY, REPO, benchmark_module, run_on_cpu
 
 BENCHMARK = REPO / "benchmarks" / "engine_offload.py"
 NOT_RUN = "not run (needs CUDA)"
 
-pytestmark = [
-    # The tower benchmark's smoke runs the ViT on the CPU; on a CUDA platform vLLM registers
-    # its ViT attention op for CUDA only, and the benchmark itself runs there.
-    pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only: ViT attention op is CUDA-only here"),
-]
+pytestmark = [CPU_ONLY]
 
 
 @pytest.fixture(scope="module")

@@ -25,11 +25,11 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 BENCHMARK = REPO / "benchmarks" / "tower_pipeline.py"
 
-pytestmark = [
-    # On a CUDA platform vLLM registers its ViT attention op for CUDA only;
-    # there the benchmark itself runs (without --smoke).
-    pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only: ViT attention op is CUDA-only here"),
-]
+#: The CPU runs of the GPU benchmarks (their --smoke): on a CUDA platform vLLM registers its ViT
+#: attention op for CUDA only, and there the benchmarks themselves run (without --smoke).
+CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only: ViT attention op is CUDA-only here")
+
+pytestmark = [CPU_ONLY]
 
 
 @pytest.fixture(scope="module")

@@ -13,18 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-
-from test_tower_pipeline_smoke import REPO, benchmark_module, run_on_cpu
+from test_tower_pipeline_smoke import CPU_ONLY, REPO, benchmark_module, run_on_cpu
 
 BENCHMARK = REPO / "benchmarks" / "tower_streaming.py"
 NEEDS_CUDA = "skipped: needs CUDA"
 
-pytestmark = [
-    # On a CUDA platform vLLM registers its ViT attention op for CUDA only; there the
-    # benchmark itself runs (without --smoke).
-    pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only: ViT attention op is CUDA-only here"),
-]
+pytestmark = [CPU_ONLY]
 
 
 @pytest.fixture(scope="module")
