@@ -10,14 +10,11 @@ CUDA skip themselves and run on the GPU machine (`tests/gpu`).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from vllm_cpu import TREE_ENV
+from vllm_cpu import failed_cases, run_in_tree
 
 IN_TREE = [
     "tests/config/test_mm_processor_cache_shm.py",
@@ -35,22 +32,7 @@ IN_TREE = [
 @pytest.fixture(scope="module")
 def child_report(vllm_tree: Path, tmp_path_factory) -> tuple[ET.Element, str]:
     """Run every module in one child pytest (one torch + vLLM import); its JUnit XML and its output."""
-    junit = tmp_path_factory.mktemp("in-tree") / "report.xml"
-    here = str(Path(__file__).parent)
-    env = {
-        **os.environ,
-        TREE_ENV: str(vllm_tree),
-        "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
-    }
-    # --noconftest: vLLM's tests/conftest.py needs its whole test stack; these modules need none of it.
-    # -p no:cacheprovider: write nothing into the tree under test. -p vllm_cpu: the tree first on sys.path, on the CPU.
-    argv = [sys.executable, "-m", "pytest", "-q", "-rs", "--noconftest", "-p", "no:cacheprovider", "-p", "vllm_cpu"]
-    run = subprocess.run(
-        [*argv, f"--junitxml={junit}", *IN_TREE], cwd=vllm_tree, env=env, capture_output=True, text=True
-    )
-    output = (run.stdout + run.stderr)[-8000:]
-    assert junit.is_file(), f"the child pytest wrote no report (exit {run.returncode}):\n{output}"
-    return ET.parse(junit).getroot(), output
+    return run_in_tree(vllm_tree, IN_TREE, tmp_path_factory.mktemp("in-tree") / "report.xml")
 
 
 @pytest.mark.parametrize("module", IN_TREE)
@@ -59,5 +41,5 @@ def test_in_tree(child_report, module: str) -> None:
     dotted = module.removesuffix(".py").replace("/", ".")
     cases = [case for case in root.iter("testcase") if case.get("classname", "").startswith(dotted)]
     assert cases, f"no test of {module} ran:\n{output}"
-    failed = [case.get("name") for case in cases if case.find("failure") is not None or case.find("error") is not None]
+    failed = failed_cases(cases)
     assert not failed, f"{module}: {failed} failed:\n{output}"

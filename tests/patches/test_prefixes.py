@@ -10,15 +10,12 @@ whose code breaks an earlier patch's tests, fails here by name.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from vllm_cpu import TREE_ENV
+from vllm_cpu import failed_cases, run_in_tree
 
 from vllm_fork.queue.series import read_series
 
@@ -54,21 +51,9 @@ def test_prefix_passes_its_own_tests(vllm_tree: Path, prefix_tree: Path, index: 
     subprocess.run(
         ["git", "-C", str(prefix_tree), "checkout", "-q", "--force", "--detach", _rev(vllm_tree, commit)], check=True
     )
-    junit = tmp_path / "report.xml"
-    here = str(Path(__file__).parent)
-    env = {
-        **os.environ,
-        TREE_ENV: str(prefix_tree),
-        "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
-    }
-    argv = [sys.executable, "-m", "pytest", "-q", "--noconftest", "-p", "no:cacheprovider", "-p", "vllm_cpu"]
-    run = subprocess.run(
-        [*argv, f"--junitxml={junit}", *modules], cwd=prefix_tree, env=env, capture_output=True, text=True
-    )
-    output = (run.stdout + run.stderr)[-6000:]
-    assert junit.is_file(), f"{PATCHES[index - 1].name}: the child pytest wrote no report:\n{output}"
-    cases = list(ET.parse(junit).getroot().iter("testcase"))
-    failed = [c.get("name") for c in cases if c.find("failure") is not None or c.find("error") is not None]
+    root, output = run_in_tree(prefix_tree, modules, tmp_path / "report.xml")
+    cases = list(root.iter("testcase"))
+    failed = failed_cases(cases)
     assert cases and not failed, f"prefix through {PATCHES[index - 1].name}: {failed or 'no test ran'}\n{output}"
 
 
