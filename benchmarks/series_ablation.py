@@ -1,14 +1,13 @@
 """What each [Perf] patch of the streamer series is worth, with and without it, in one session.
 
-The streamer's last patches only save eager host time (`[Perf]` in their subjects:
-cudart calls, runs per ring slot, a plan per ring position). Each stays in the queue only
-if it pays where users run it (docs/tower-streaming.md, "The series"). This benchmark
+The streamer's last patches only save eager host time (`[Perf]` in their subjects; the
+queue keeps one, cudart calls, after runs per ring slot and a plan per ring position were
+measured and dropped). Each stays in the queue only if it pays where users run it (docs/tower-streaming.md, "The series"). This benchmark
 times the host-bound rows of the tower pipeline matrix (tower_pipeline.py; by default the
 64- and 256-token images and the 2-frame video on the 2B and 8B towers, vLLM's default
 lookahead and ViT attention, eager encodes) under the whole queue and under the queue
 without its last [Perf] patch, without its last two, and so on: the streamer's files as
-each prefix has them, laid over a copy of the installed vLLM package. With the runs patch
-in the queue, one more variant opts in to it (`--offload-towers-slot-mb` of two blocks).
+each prefix has them, laid over a copy of the installed vLLM package.
 
 Each row's figure is tower_pipeline's own: streamed / max(resident, H2D floor), taken in
 the same process from interleaved resident and streamed encodes, so variants run one after
@@ -20,7 +19,7 @@ than 2 %.
     python3 benchmarks/series_ablation.py run --overlays .gpu-ablation --out-dir $OUT/ablation
                                              # on the GPU machine, inside `.gpu-real/run.sh`
     python3 benchmarks/series_ablation.py summarize $OUT/ablation        # the verdict per patch
-    python3 benchmarks/series_ablation.py exec --overlays .gpu-ablation --variant without-8-9-10 -- \
+    python3 benchmarks/series_ablation.py exec --overlays .gpu-ablation --variant without-8 -- \
         python3 -m pytest -p no:cacheprovider --noconftest tests   # a prefix's in-tree tests, its code
 
 `--smoke` prepares from the patched tree and runs every variant with tower_pipeline.py
@@ -48,8 +47,6 @@ REPO = Path(__file__).resolve().parent.parent
 PIPELINE = REPO / "benchmarks" / "tower_pipeline.py"
 DEFAULT_CASES = "image-64,image-256,video-2"
 DEFAULT_TOWERS = "2B,8B"
-SLOT_VARIANT = "full-slot-2"
-SLOT_OPTION = "offload_towers_slot_mb"
 PAYS_GAIN, PAYS_LOSS = 0.05, 0.02  # a row 5 % faster with the patch; none over 2 % slower
 
 
@@ -147,17 +144,8 @@ def prepare(tree: Path, patches_dir: Path, out: Path) -> dict[str, Any]:
                 "overlay": overlay,
             }
         )
-    full = out / "full"
-    config = next((f for f in files if f.endswith("config/offload.py")), None)
-    if config and SLOT_OPTION in (full / config).read_text():
-        # The runs patch's option, opted in: slots of two of the tower's blocks.
-        manifest["variants"].append(
-            {**manifest["variants"][0], "name": SLOT_VARIANT, "overlay_dir": "full", "slot_blocks": 2}
-        )
     tests = sorted({t for p in queue for t in p.tests})
     for variant in manifest["variants"]:
-        if variant["name"] == SLOT_VARIANT:
-            continue
         write_tests(tree, variant["commit"], tests, out / variant["name"])
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
@@ -189,7 +177,7 @@ def build_variant(package: Path, overlays: Path, variant: dict[str, Any], root: 
     """A copy of `package` (hard links where the filesystem allows) with the variant's files laid
     over it, under `root/<name>/vllm`; returns `root/<name>` (the directory to put first on the path).
     The installed package is never written: each replaced file is unlinked first."""
-    source = overlays / variant.get("overlay_dir", variant["name"])
+    source = overlays / variant["name"]
     base = root / variant["name"]
     target = base / "vllm"
     if target.exists():
@@ -274,7 +262,6 @@ def run_variant(args: argparse.Namespace, variant: dict[str, Any], base: Path, r
         "default",
         "--budget-s",
         str(args.budget_s),
-        *(["--slot-blocks", str(variant["slot_blocks"])] if variant.get("slot_blocks") else []),
         *(["--smoke"] if args.smoke else []),
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -298,7 +285,7 @@ def exec_in(args: argparse.Namespace) -> int:
         base = build_variant(installed_package(), args.overlays, variant, root)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(base), env.get("PYTHONPATH")]))
-        cwd = args.overlays / variant.get("overlay_dir", variant["name"])
+        cwd = args.overlays / variant["name"]
         return subprocess.run(args.command, env=env, cwd=cwd).returncode
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -331,8 +318,6 @@ def comparisons(variant_names: list[str]) -> list[tuple[str, str, str]]:
         left_out = name.removeprefix("without-").split("-")
         pairs.append((f"patch {left_out[0]} (default options)", previous, name))
         previous = name
-    if SLOT_VARIANT in variant_names:
-        pairs.append(("runs opted in (--offload-towers-slot-mb, 2 blocks)", SLOT_VARIANT, "full"))
     return pairs
 
 

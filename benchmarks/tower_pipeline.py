@@ -177,7 +177,6 @@ class Setup:
     copy_iters: int
     resident_gb: float = 0.0  # --offload-towers-resident-gb
     vit_attention: str = "TORCH_SDPA"  # --mm-encoder-attn-backend, one of VIT_ATTENTION
-    slot_blocks: int = 0  # --offload-towers-slot-mb: this many blocks per ring slot (0: the default)
     compute_stream: str = "default"  # one of COMPUTE_STREAMS: where the encodes' kernels go
     cases: tuple[str, ...] = ()  # --cases: the names of the CASES to run (empty: all)
 
@@ -270,16 +269,7 @@ def use_vit_attention(module: torch.nn.Module, backend: str) -> None:
             layer.is_flash_attn_backend = False
 
 
-def slot_mb(module: torch.nn.Module, blocks: int) -> int:
-    """`--offload-towers-slot-mb` for slots of `blocks` of the tower's blocks (as the
-    arena lays them out: each parameter at a 256-byte boundary); 0 for none."""
-    if blocks <= 0:
-        return 0
-    block = sum(-(-p.nbytes // 256) * 256 for p in module.blocks[0].parameters())
-    return -(-blocks * block // MiB)
-
-
-def stream(module: torch.nn.Module, lookahead: int, resident_gb: float = 0.0, slot_blocks: int = 0) -> Any:
+def stream(module: torch.nn.Module, lookahead: int, resident_gb: float = 0.0) -> Any:
     """Hand the tower to vLLM's prefetch offloader, as `_mark_tower_model` does. Options left at
     their defaults are not passed: a queue without the patch that adds one still runs
     (series_ablation.py times such prefixes)."""
@@ -288,8 +278,6 @@ def stream(module: torch.nn.Module, lookahead: int, resident_gb: float = 0.0, sl
     options: dict[str, Any] = {}
     if resident_gb:
         options["offload_towers_resident_gb"] = resident_gb
-    if slot_blocks:
-        options["offload_towers_slot_mb"] = slot_mb(module, slot_blocks)
     offloader = PrefetchOffloader(
         group_size=0,
         num_in_group=1,
@@ -466,7 +454,7 @@ def streamed_phase(
     """
     module = build_tower(setup, tower)
     resident_module = build_tower(setup, tower)  # same seed: the same weights
-    offloader = stream(module, lookahead, setup.resident_gb, setup.slot_blocks)
+    offloader = stream(module, lookahead, setup.resident_gb)
     streamed = offloader.tower_streamer.towers[0]
     units = streamed.units
     slot = streamed.slot_bytes
@@ -802,12 +790,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="TORCH_SDPA",
         help="the ViT attention backend (TRITON_ATTN: cu_seqlens on the device, no host sync per layer)",
     )
-    parser.add_argument(
-        "--slot-blocks",
-        type=int,
-        default=0,
-        help="--offload-towers-slot-mb: ring slots of this many of the tower's blocks (0: the largest unit)",
-    )
     add_compute_stream_option(parser)
     parser.add_argument(
         "--resident-gb",
@@ -845,7 +827,6 @@ def make_setup(
     *,
     resident_gb: float = 0.0,
     vit_attention: str = "TORCH_SDPA",
-    slot_blocks: int = 0,
     compute_stream: str = "default",
     cases: tuple[str, ...] = (),
 ) -> Setup:
@@ -871,7 +852,6 @@ def make_setup(
         copy_iters=copy_iters,
         resident_gb=resident_gb,
         vit_attention=vit_attention,
-        slot_blocks=slot_blocks,
         compute_stream=compute_stream,
         cases=cases,
     )
@@ -890,7 +870,6 @@ def main(argv: list[str] | None = None) -> None:
         args.copy_iters,
         resident_gb=args.resident_gb,
         vit_attention=args.vit_attention,
-        slot_blocks=args.slot_blocks,
         compute_stream=args.compute_stream,
         cases=args.case_names,
     )
@@ -914,7 +893,6 @@ def run(args: argparse.Namespace, setup: Setup) -> None:
             "budget_s": args.budget_s,
             "lookaheads": lookaheads,
             "resident_gb": setup.resident_gb,
-            "slot_blocks": setup.slot_blocks,
             "vit_attention": setup.vit_attention,
             "compute_stream": setup.compute_stream,
             "compute_stream_handle": stream_handle,
@@ -992,7 +970,6 @@ def reanalyze(saved: Path, out_dir: Path) -> str:
         copy_iters=settings["copy_iters"],
         resident_gb=settings.get("resident_gb", 0.0),
         vit_attention=settings.get("vit_attention", "TORCH_SDPA"),
-        slot_blocks=settings.get("slot_blocks", 0),
         compute_stream=settings.get("compute_stream", "default"),
         cases=tuple(settings.get("cases", ())),
     )
@@ -1049,12 +1026,6 @@ def render_markdown(report: dict[str, Any]) -> str:
             f" with `offload_towers_resident_gb={report['settings']['resident_gb']}` (the first units of each"
             " tower stay resident; the H2D floor is the streamed bytes')"
             if report["settings"].get("resident_gb")
-            else ""
-        )
-        + (
-            f" with ring slots of {report['settings']['slot_blocks']} of the tower's blocks"
-            " (`offload_towers_slot_mb`: consecutive units copied as one run where they fit)"
-            if report["settings"].get("slot_blocks")
             else ""
         )
         + ". Times: median per encode (CUDA events; on the CPU, perf_counter) of "

@@ -144,7 +144,10 @@ def _worker_figures(worker) -> dict:
     host_stats = torch.cuda.host_memory_stats()
     return {
         "weights_bytes": int(worker.model_runner.model_memory_usage),
-        "kv_cache_bytes": int(worker.available_kv_cache_memory_bytes),
+        # With --kv-cache-memory-bytes vLLM skips the profile and never sets the attribute.
+        "kv_cache_bytes": int(
+            getattr(worker, "available_kv_cache_memory_bytes", None) or worker.cache_config.kv_cache_memory_bytes
+        ),
         "num_gpu_blocks": worker.cache_config.num_gpu_blocks,
         "tower_param_bytes": tower_bytes,
         "streamer_host_bytes": streamer.host_bytes if streamer else 0,
@@ -201,20 +204,15 @@ class _RecordingOutputs(dict):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.digests: dict[str, dict] = {}
+        self.stored: dict = {}
 
     def _record(self, key, value) -> None:
-        import hashlib
-
         import torch
 
         if key in self.digests or not isinstance(value, torch.Tensor):
             return
-        host = value.detach().to("cpu").contiguous()
-        self.digests[key] = {
-            "shape": list(host.shape),
-            "sha256": hashlib.sha256(host.view(torch.uint8).numpy().tobytes()).hexdigest(),
-            "row_sums": host.double().reshape(host.shape[0], -1).sum(dim=1).tolist(),
-        }
+        self.digests[key] = _tensor_digest(value)
+        self.stored[key] = value  # kept for `_redigest_embeddings`
 
     def __setitem__(self, key, value) -> None:
         self._record(key, value)
@@ -242,6 +240,14 @@ def _start_recording_embeddings(worker) -> bool:
     return True
 
 
+def _redigest_embeddings(worker) -> dict:
+    """The digests of the encoder outputs recorded so far, taken again now."""
+    outputs = getattr(_encoder_cache(worker), "encoder_outputs", None)
+    if not isinstance(outputs, _RecordingOutputs):
+        return {}
+    return {key: _tensor_digest(value) for key, value in outputs.stored.items()}
+
+
 def _recorded_embeddings(worker) -> dict:
     cache = _encoder_cache(worker)
     outputs = getattr(cache, "encoder_outputs", None)
@@ -250,6 +256,55 @@ def _recorded_embeddings(worker) -> dict:
     digests = dict(outputs.digests)
     cache.encoder_outputs = dict(outputs)  # stop recording
     return digests
+
+
+def _tensor_digest(tensor) -> dict:
+    """sha256 of a tensor's bytes and its per-row float64 sums (where two differ, which rows)."""
+    import hashlib
+
+    import torch
+
+    host = tensor.detach().to("cpu").contiguous()
+    return {
+        "shape": list(host.shape),
+        "sha256": hashlib.sha256(host.view(torch.uint8).numpy().tobytes()).hexdigest(),
+        "row_sums": host.double().reshape(host.shape[0], -1).sum(dim=1).tolist(),
+    }
+
+
+def _start_recording_inputs(worker) -> bool:
+    """Digest what the decoder is given at each eager forward from now on: its input
+    embeddings and, for Qwen3-VL, the deepstack embeddings it adds in its first layers. Set
+    beside the encoder-output digests, they tell where two engines' bits part: in the
+    encoder, between the encoder cache and the decoder, or in the decoder."""
+    import torch
+
+    model = worker.model_runner.get_model()
+    inner = model.forward
+    steps: list[dict] = []
+
+    def forward(*args, **kwargs):
+        embeds = kwargs.get("inputs_embeds")
+        if isinstance(embeds, torch.Tensor) and not (embeds.is_cuda and torch.cuda.is_current_stream_capturing()):
+            rows = embeds.shape[0]
+            step = {"inputs_embeds": _tensor_digest(embeds)}
+            for i, deepstack in enumerate(getattr(model, "deepstack_input_embeds", None) or []):
+                step[f"deepstack_{i}"] = _tensor_digest(deepstack[:rows])
+            steps.append(step)
+        return inner(*args, **kwargs)
+
+    forward.recorded_steps = steps  # type: ignore[attr-defined]
+    model.forward = forward
+    return True
+
+
+def _recorded_inputs(worker) -> list[dict]:
+    model = worker.model_runner.get_model()
+    steps = getattr(model.forward, "recorded_steps", None)
+    if steps is None:
+        return []
+    del model.forward  # the instance attribute: the class's method again
+    return steps
 
 
 @contextmanager
@@ -376,8 +431,13 @@ def run(
         ]
 
     recording = llm.collective_rpc(_start_recording_embeddings)[0]
+    llm.collective_rpc(_start_recording_inputs)
     with schedule_trace(llm) as steps:
         compared = generate_compared()
+    compared_inputs = llm.collective_rpc(_recorded_inputs)[0]
+    # The stored encoder outputs digested again after the batch: equal to the digests taken
+    # when they were stored, unless something wrote into their memory in between.
+    embeddings_after = llm.collective_rpc(_redigest_embeddings)[0] if recording else {}
     embeddings = llm.collective_rpc(_recorded_embeddings)[0] if recording else {}
     graph_stats_after_compared = llm.collective_rpc(_encoder_graph_stats)[0]
     reload: dict = {}
@@ -449,6 +509,8 @@ def run(
         "peak_rss_bytes": _peak_rss_bytes(),
         "compared": compared,
         "compared_steps": steps,
+        "compared_inputs": compared_inputs,
+        "embeddings_after_compared": embeddings_after,
         "growth": growth,
         "after_reload": reload,
         "gpu_allocated_after_requests": allocated,

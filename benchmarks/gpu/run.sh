@@ -7,6 +7,7 @@
 # import vllm_fork_testkit from it.
 #   bash benchmarks/gpu/run.sh proof     # in-tree tests, tower tests, engine tests (Qwen3-VL eager and
 #                                        # CUDA graphs, Qwen2.5-VL eager)
+#   bash benchmarks/gpu/run.sh engines   # proof without the in-tree tests
 #   bash benchmarks/gpu/run.sh pipeline  # the pipeline matrix (tower_pipeline.py), then 2B with 128 MiB kept resident
 #   bash benchmarks/gpu/run.sh graph     # tower_graph.py: every case of the matrix, resident vs streamed, CUDA graphs (GRAPH_ARGS,
 #                                        # GRAPH_TIMEOUT_S, default 500: the whole matrix takes ~410 s)
@@ -20,13 +21,11 @@
 #   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
 #   bash benchmarks/gpu/run.sh intree    # the vLLM-tree tests of the patches alone
 #   bash benchmarks/gpu/run.sh prefix    # real wheel: the in-tree tests of the queue without its [Perf]
-#                                        # patches, on that prefix's code (PREFIX_VARIANT, default without-8-9-10)
+#                                        # patches, on that prefix's code (PREFIX_VARIANT, default without-8)
 #   bash benchmarks/gpu/run.sh ablation  # real wheel: series_ablation.py run (ABLATION_ARGS): which [Perf] patches pay
 #   bash benchmarks/gpu/run.sh qwen3     # the Qwen3-VL eager engine test alone (resident vs streamed)
 #   bash benchmarks/gpu/run.sh encgraphs # the engine with encoder CUDA graphs, resident vs streamed (Qwen3-VL)
 #   bash benchmarks/gpu/run.sh reload    # the engine's in-place weight reload (RL weight syncs), resident vs streamed
-#   bash benchmarks/gpu/run.sh slots     # tower_pipeline.py with one unit per ring slot and with runs of SLOTS_BLOCKS
-#                                        # blocks, a profile each (SLOTS_ARGS, SLOTS_PROFILE, SLOTS_BUDGET_S; ~3 min)
 #   bash benchmarks/gpu/run.sh resident  # tower_pipeline.py at lookahead 1 (RESIDENT_ARGS), once with the whole tower streamed
 #                                        # and once per budget of RESIDENT_GB (default "0.0625 0.125") of leading units kept
 #                                        # resident (--offload-towers-resident-gb); ~80 s each
@@ -36,7 +35,7 @@
 # The host-time probes of issue 11 (hosttime, probe, issue, streams, depth, contention, ab, decompose,
 # encodeab) answered their questions and were removed: benchmarks/results/gpu-runs.md says where.
 set -uo pipefail
-stages="proof intree prefix ablation qwen3 encgraphs reload graph pipeline slots resident matrix serve bench benchgraphs multi"
+stages="proof engines intree prefix ablation qwen3 encgraphs reload graph pipeline resident matrix serve bench benchgraphs multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -46,6 +45,11 @@ pack_results() { (cd "$OUT" && tar czf /tmp/run-results.tgz . && find . -mindept
   && mv /tmp/run-results.tgz results.tgz); }
 trap pack_results EXIT
 if [ -f .gpu-real/run.sh ]; then harness=real; else harness=standin; fi
+# The Mistral-format families' wheels, where carried (benchmarks/gpu/extra.sh .gpu-extra).
+if [ $harness = real ] && ls .gpu-extra/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-extra-site .gpu-extra/*.whl \
+    && export PYTHONPATH=/tmp/gpu-extra-site${PYTHONPATH:+:$PYTHONPATH}
+fi
 # The harness's environment, and the checkout as the benchmarks and tests see it there.
 env_run() { if [ $harness = real ]; then bash .gpu-real/run.sh "$@"; else bash .gpu/run.sh "$@"; fi; }
 in_repo() { if [ $harness = real ]; then env_run bash -c "$1"; else env_run bash -c "cd .gpu/repo && $1"; fi; }
@@ -74,7 +78,7 @@ case $stage in
 intree) intree ;;
 prefix|ablation)
   [ $harness = real ] || { echo "run.sh $stage: the real wheel only (carry .gpu-real and .gpu-ablation)"; continue; }
-  if [ $stage = prefix ]; then intree_of "${PREFIX_VARIANT:-without-8-9-10}" gpu-intree-prefix-tests.log
+  if [ $stage = prefix ]; then intree_of "${PREFIX_VARIANT:-without-8}" gpu-intree-prefix-tests.log
   else env_run timeout 560 python3 benchmarks/series_ablation.py run --overlays .gpu-ablation --out-dir "$OUT/ablation" ${ABLATION_ARGS:-} 2>&1 | tee "$OUT/series-ablation.log" | tail -25
   fi
   ;;
@@ -93,8 +97,8 @@ reload)
   # eager and with encoder CUDA graphs (RELOAD_K=eager or RELOAD_K=encoder runs one: ~1.7 min each).
   in_repo "timeout 400 $pytest_gpu ${RELOAD_K:+-k $RELOAD_K} tests/gpu/test_engine_reload_weights.py" 2>&1 | tee "$OUT/gpu-engine-reload-tests.log" | tail -20
   ;;
-proof)
-  intree
+proof|engines)
+  [ $stage = proof ] && intree
   in_repo "timeout 440 $pytest_gpu tests/gpu/test_tower_streaming_gpu.py tests/gpu/test_engine_offload_towers.py" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
   ;;
 graph)
@@ -105,14 +109,6 @@ pipeline)
   # The same 2B rows with 128 MiB of the tower's first units resident (--offload-towers-resident-gb);
   # PIPELINE_RESIDENT_ROWS=0 skips them.
   [ "${PIPELINE_RESIDENT_ROWS:-1}" = 0 ] || in_repo "timeout 120 python3 benchmarks/tower_pipeline.py --towers 2B --lookaheads 1 --resident-gb 0.125 --profile none --budget-s 80 --out-dir $OUT/tower_pipeline_resident" 2>&1 | tee "$OUT/tower-pipeline-resident.log" | tail -20
-  ;;
-slots)
-  # Ring slots of one unit against slots of SLOTS_BLOCKS (default 2) blocks on the same machine:
-  # the matrix's cases for SLOTS_ARGS (default the 8B tower at lookahead 1), each with a profile
-  # of SLOTS_PROFILE (default the compute-bound 8B 2223-token image), one directory per slot size.
-  for blocks in 0 "${SLOTS_BLOCKS:-2}"; do
-    in_repo "timeout $((${SLOTS_BUDGET_S:-60} + 80)) python3 benchmarks/tower_pipeline.py ${SLOTS_ARGS:---towers 8B --lookaheads 1} --slot-blocks $blocks --profile ${SLOTS_PROFILE:-8B:image-2223:1} --budget-s ${SLOTS_BUDGET_S:-60} --out-dir $OUT/slots-$blocks" 2>&1 | tee "$OUT/slots-$blocks.log" | tail -12
-  done
   ;;
 resident)
   # The same machine for every budget: the ratios of a budget against the whole tower streamed.

@@ -9,15 +9,8 @@ cd "$(dirname "$0")/../.."
 tree=build/vllm
 [ -d "$tree/vllm" ] || { echo "stage.sh: no $tree: run \`invoke apply\` first" >&2; exit 1; }
 ../shared/gpu/pack.sh "$tree"
-# Wheels ../shared/gpu lacks that the Mistral-format families need (pixtral, mistral3, voxtral),
-# fetched once into the cache outside the clone (the device has no network).
-extra="${VLLM_FORK_CACHE:-$HOME/.cache/vllm-fork}/gpu-wheels"
-if ! ls "$extra"/mistral_common-*.whl >/dev/null 2>&1; then
-  mkdir -p "$extra"
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-    --platform manylinux2014_x86_64 -d "$extra" -r benchmarks/gpu/extra-wheels.txt
-fi
-cp "$extra"/*.whl .gpu/wheels/
+# Wheels ../shared/gpu lacks that the Mistral-format families need (pixtral, mistral3, voxtral).
+extra_wheels=$(bash benchmarks/gpu/extra.sh .gpu/wheels)
 rm -rf .gpu/repo .gpu/tree
 mkdir -p .gpu/repo/tests .gpu/tree/tests/model_executor .gpu/tree/tests/config .gpu/tree/tests/kernels/attention
 cp -r tests/gpu .gpu/repo/tests/
@@ -38,7 +31,7 @@ carried_bytes() {
     du -sb .gpu | cut -f1; } | awk '{ total += $1 } END { print total }'
 }
 if [ "$(carried_bytes)" -gt "$limit" ]; then
-  for wheel in "$extra"/*.whl; do rm -f ".gpu/wheels/$(basename "$wheel")"; done
+  for wheel in $extra_wheels; do rm -f ".gpu/wheels/$(basename "$wheel")"; done
   echo "stage.sh: over the device's 64 MiB: left out the Mistral-format wheels" \
     "(run.sh matrix's pixtral, mistral3 and voxtral towers will fail to import)" >&2
 fi

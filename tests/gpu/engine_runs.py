@@ -102,6 +102,40 @@ def logprob_differences(a: dict, b: dict, parts: tuple[str, ...] = ("compared", 
     return found
 
 
+def first_differing_row(a: dict, b: dict) -> int | None:
+    """The first row whose float64 sum differs between two digests (None: none does)."""
+    return next((i for i, (x, y) in enumerate(zip(a["row_sums"], b["row_sums"])) if x != y), None)
+
+
+def input_differences(a: dict, b: dict) -> list[str]:
+    """Per step of the compared batch, each decoder input (the input embeddings, Qwen3-VL's
+    deepstack embeddings) whose bytes differ, and the first row that does."""
+    found = []
+    steps_a, steps_b = a.get("compared_inputs") or [], b.get("compared_inputs") or []
+    if len(steps_a) != len(steps_b):
+        found.append(f"{len(steps_a)} vs {len(steps_b)} recorded forwards")
+    for i, (x, y) in enumerate(zip(steps_a, steps_b)):
+        for name in sorted(x.keys() | y.keys()):
+            if name not in x or name not in y:
+                found.append(f"forward {i}: {name} recorded in one engine only")
+            elif x[name]["sha256"] != y[name]["sha256"]:
+                found.append(
+                    f"forward {i}: {name} {x[name]['shape']} differs from row {first_differing_row(x[name], y[name])}"
+                )
+    return found
+
+
+def stored_output_changes(engine: dict) -> list[str]:
+    """Encoder outputs whose bytes changed between being stored in the encoder cache and the
+    end of the compared batch, and the first row that did."""
+    after = engine.get("embeddings_after_compared") or {}
+    return [
+        f"{key[:12]}: from row {first_differing_row(engine['embeddings'][key], digest)}"
+        for key, digest in after.items()
+        if digest["sha256"] != engine["embeddings"][key]["sha256"]
+    ]
+
+
 def assert_same_outputs(resident: dict, streamed: dict) -> None:
     """The same encoder outputs, bit for bit, then the same greedy tokens and, float for
     float, the same prompt logprobs."""

@@ -9,12 +9,13 @@ the one vLLM picks (FlashAttention on Hopper, with the real wheel) and Triton's.
 patch). On the stand-in harness (no FlashAttention) only Triton's runs. Equal encoder
 outputs (a digest of each image's embeddings, recorded in the worker, for batches run
 eagerly and single images replayed) prove the streamed encoder computes what the resident
-one does; the managers' hit counts prove the graphs ran. The prompt logprobs are compared
-with the decoder on the same KV cache size (a third engine: resident at the streamed
-engine's size): on the real wheel (gpu-real 2026-12-04) the batched prompts' logprobs
-differed in their last bits while every embedding was equal. The engine steps of that
-batch are recorded too, and each image request alone is compared float for float: they
-tell whether what differs is the KV cache size or the batch's split into steps. Figures go to `$VLLM_FORK_RESULTS` as
+one does; the managers' hit counts prove the graphs ran. A third engine, resident with the
+streamed engine's KV cache bytes (so more blocks), is the control for the decoder: on the
+real wheel (gpu-real 2026-12-05) it matched the first resident engine float for float, and
+the streamed engine's batched prompt logprobs differed from both from one position on, with
+every stored embedding equal: the open divergence of docs/tower-streaming.md. The decoder's
+inputs per forward, and the stored embeddings again after the batch, are recorded to say
+where the bits part. Figures go to `$VLLM_FORK_RESULTS` as
 `engine_qwen3_vl_encoder_cudagraphs_<backend>.json.gz`.
 """
 
@@ -24,7 +25,15 @@ import os
 
 import pytest
 import torch
-from engine_runs import assert_same_embeddings, assert_same_outputs, logprob_differences, record, run_probe
+from engine_runs import (
+    assert_same_embeddings,
+    assert_same_outputs,
+    input_differences,
+    logprob_differences,
+    record,
+    run_probe,
+    stored_output_changes,
+)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -69,19 +78,40 @@ def test_streamed_encoder_outputs_are_bit_identical(engines):
     assert_same_embeddings(engines["resident"], engines["streamed"])
 
 
-def test_same_tokens_and_prompt_logprobs_at_the_same_kv_cache_size(engines):
-    """The decoder on the same KV cache size: the prompt logprobs float for float. With
-    unequal sizes (streaming frees the tower's bytes for the KV cache) they may differ in
-    the last bits although the embeddings are equal (gpu-real 2026-12-04): what differs
-    is then the decoder's, not the encoder's."""
-    resident, streamed = engines["resident_at_streamed_kv"], engines["streamed"]
-    assert resident["num_gpu_blocks"] == streamed["num_gpu_blocks"], (
-        resident["num_gpu_blocks"],
-        streamed["num_gpu_blocks"],
-    )
+def test_the_kv_cache_size_does_not_move_the_decoders_bits(engines):
+    """The control: resident at another KV cache size (the streamed engine's bytes, so more
+    blocks) gives the same tokens and prompt logprobs float for float, batched and alone."""
+    resident, larger = engines["resident"], engines["resident_at_streamed_kv"]
+    assert resident["num_gpu_blocks"] != larger["num_gpu_blocks"]
     assert resident["compared"][0]["prompt_tokens"] > 2223  # the 2223-token image went in
-    assert_same_outputs(resident, streamed)
-    print(f"\n[engine] unequal KV cache sizes: {logprob_differences(engines['resident'], streamed) or 'none differ'}")
+    assert_same_outputs(resident, larger)
+
+
+def test_stored_encoder_outputs_are_unchanged_after_the_batch(engines):
+    """Each encoder output digested when stored and again after the batched prompts: nothing
+    wrote into their memory in between (in the streamed engine, no copy of the streamer)."""
+    for mode in ("resident", "streamed"):
+        changed = stored_output_changes(engines[mode])
+        assert not changed, f"{mode}: stored encoder outputs changed:\n" + "\n".join(changed)
+
+
+def test_the_decoder_gets_the_same_inputs(engines):
+    """The input embeddings and deepstack embeddings of each forward of the batch, bit for bit."""
+    resident, streamed = engines["resident"], engines["streamed"]
+    if not resident.get("compared_inputs"):
+        pytest.skip("no decoder inputs recorded (a probe from before they were)")
+    differ = input_differences(resident, streamed)
+    assert not differ, "decoder inputs differ:\n" + "\n".join(differ)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (docs/tower-streaming.md, 'Encoder CUDA graphs: the open divergence'): with encoder "
+    "graphs the streamed engine's batched prompt logprobs differ from one position on, embeddings equal",
+)
+def test_same_tokens_and_prompt_logprobs(engines):
+    """Resident vs streamed, batched and alone: the same tokens, prompt logprobs float for float."""
+    assert_same_outputs(engines["resident"], engines["streamed"])
 
 
 def test_single_image_requests_match_float_for_float_at_any_kv_cache_size(engines):
@@ -93,28 +123,6 @@ def test_single_image_requests_match_float_for_float_at_any_kv_cache_size(engine
     assert resident["num_gpu_blocks"] < streamed["num_gpu_blocks"]
     differ = logprob_differences(resident, streamed, parts=("growth",))
     assert not differ, "\n".join(differ)
-
-
-def test_batched_prompt_logprobs_differ_only_where_the_engine_steps_differ(engines):
-    """The compared prompts go in as one batch; the scheduler splits it into steps. Where two
-    engines made the same steps (the same tokens per request per step), their prompt logprobs
-    are equal float for float. Where the steps differ, the decoder's GEMMs ran at other token
-    counts and their last bits may differ: that is vLLM's batch composition, not the
-    encoder's (its outputs are bit-identical, above)."""
-    streamed = engines["streamed"]
-    for name in ("resident", "resident_at_streamed_kv"):
-        other = engines[name]
-        if other.get("compared_steps") is None or streamed.get("compared_steps") is None:
-            pytest.skip("the engine core ran in another process: no step trace")
-        same_steps = other["compared_steps"] == streamed["compared_steps"]
-        differ = logprob_differences(other, streamed, parts=("compared",))
-        print(
-            f"\n[engine] {name} vs streamed: steps {'equal' if same_steps else 'differ'}"
-            f" ({[s['tokens'] for s in other['compared_steps']]} vs {[s['tokens'] for s in streamed['compared_steps']]});"
-            f" logprobs: {differ or 'all equal'}"
-        )
-        if same_steps:
-            assert not differ, f"{name}: the same steps, different logprobs:\n" + "\n".join(differ)
 
 
 def test_no_gpu_memory_growth_over_replays(engines):

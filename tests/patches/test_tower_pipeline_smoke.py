@@ -212,17 +212,6 @@ def test_a_resident_budget_streams_fewer_bytes_bit_identically(vllm_tree: Path, 
     assert "offload_towers_resident_gb=0.0002" in markdown
 
 
-def test_slots_of_two_blocks_stream_runs_of_units_bit_identically(vllm_tree: Path, tmp_path: Path):
-    """--slot-blocks 2: `--offload-towers-slot-mb` for two of the tower's blocks, rounded up to
-    a MiB (on the tiny tower a MiB holds runs of many units), outputs unchanged."""
-    report, markdown = run_smoke(vllm_tree, tmp_path, *ONE_TOWER, "--slot-blocks", "2")
-    phase = report["towers"]["2B"]["streamed"]["1"]
-    assert phase["ring_mib"] == 2 * 1.0  # lookahead + 1 slots of one MiB
-    assert all(r["status"] == "ok" and r["bit_identical"] is True for r in report["rows"])
-    assert report["settings"]["slot_blocks"] == 2
-    assert "ring slots of 2 of the tower's blocks" in markdown
-
-
 def test_the_matrix_with_triton_vit_attention_keeps_cu_seqlens_on_the_device(vllm_tree: Path, tmp_path: Path):
     """--vit-attention TRITON_ATTN: the towers' metadata is the Triton backend's (cu_seqlens
     as a tensor for the device; on the CPU vLLM computes the attention with SDPA), every case
