@@ -133,22 +133,12 @@ class StreamerWatch:
 
         counts = self.counts
         acquire, enter_alone, issue = ts._Ring.acquire, ts.StreamedTower._enter_alone, tower_units.CopyEngine.issue
-        # Trees with a plan for encodes that follow the last one take those positions by `take`.
-        take = ts._Ring.__dict__.get("take")
         alone_now = [False]
 
-        def counted_acquire(ring: Any, position: int, run: Any) -> None:
-            counts["ring_units"] += len(run.units)
-            counts["copy_not_ahead"] += ring.filled[position % len(ring.slots)] != (position, run.key)
-            acquire(ring, position, run)
-
-        def counted_take(ring: Any, step: Any) -> None:
-            # The slot holds this unit's copy, issued at an earlier position (`take` issues
-            # only the one `lookahead` ahead).
-            filled = ring.filled[step.slot]
+        def counted_acquire(ring: Any, position: int, unit: Any) -> None:
             counts["ring_units"] += 1
-            counts["copy_not_ahead"] += filled is None or filled[1] != (step.index, 1)
-            take(ring, step)
+            counts["copy_not_ahead"] += ring.filled[position % len(ring.slots)] != (position, unit)
+            acquire(ring, position, unit)
 
         def counted_alone(tower: Any, unit: Any) -> None:
             counts["alone"] += 1
@@ -163,21 +153,17 @@ class StreamerWatch:
             counts["tables"] += not alone_now[0]
             return issue(engine, unit)
 
-        self._restore = (ts, tower_units, acquire, take, enter_alone, issue)
+        self._restore = (ts, tower_units, acquire, enter_alone, issue)
         ts._Ring.acquire, ts.StreamedTower._enter_alone, tower_units.CopyEngine.issue = (
             counted_acquire,
             counted_alone,
             counted_issue,
         )
-        if take is not None:
-            ts._Ring.take = counted_take
         return self
 
     def __exit__(self, *exc: object) -> None:
-        ts, tower_units, acquire, take, enter_alone, issue = self._restore
+        ts, tower_units, acquire, enter_alone, issue = self._restore
         ts._Ring.acquire, ts.StreamedTower._enter_alone, tower_units.CopyEngine.issue = acquire, enter_alone, issue
-        if take is not None:
-            ts._Ring.take = take
 
 
 class Encodes:
