@@ -287,7 +287,7 @@ def _start_recording_inputs(worker) -> bool:
         embeds = kwargs.get("inputs_embeds")
         if isinstance(embeds, torch.Tensor) and not (embeds.is_cuda and torch.cuda.is_current_stream_capturing()):
             rows = embeds.shape[0]
-            step = {"inputs_embeds": _tensor_digest(embeds)}
+            step = {"inputs_embeds": _tensor_digest(embeds), **_streams(embeds)}
             for i, deepstack in enumerate(getattr(model, "deepstack_input_embeds", None) or []):
                 step[f"deepstack_{i}"] = _tensor_digest(deepstack[:rows])
             steps.append(step)
@@ -296,6 +296,22 @@ def _start_recording_inputs(worker) -> bool:
     forward.recorded_steps = steps  # type: ignore[attr-defined]
     model.forward = forward
     return True
+
+
+def _streams(tensor) -> dict:
+    """The CUDA stream the forward is issued on and the one vLLM tracks (`set_stream`):
+    two engines that differ here run the decoder on another stream than its inputs'."""
+    if not tensor.is_cuda:
+        return {}
+    import torch
+    from vllm.utils import torch_utils
+
+    tracked = getattr(torch_utils._current_stream_tls, "value", None)
+    return {
+        "stream": torch.cuda.current_stream().cuda_stream,
+        "default_stream": torch.cuda.default_stream().cuda_stream,
+        "tracked_stream": None if tracked is None else tracked.cuda_stream,
+    }
 
 
 def _recorded_inputs(worker) -> list[dict]:
