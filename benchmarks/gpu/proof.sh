@@ -37,8 +37,14 @@ except (OSError, ET.ParseError):
 print(f"{'test':<100} result")
 for case in root.iter("testcase"):
     name = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
-    result = "FAIL" if case.find("failure") is not None or case.find("error") is not None else (
-        "skip" if case.find("skipped") is not None else "pass")
+    skipped = case.find("skipped")
+    if case.find("failure") is not None or case.find("error") is not None:
+        result = "FAIL"
+    elif skipped is not None:
+        # An expected failure (xfail) is a known open problem, named in docs/tower-streaming.md.
+        result = "known open" if skipped.get("type") == "pytest.xfail" else "skip"
+    else:
+        result = "pass"
     print(f"{name:<100} {result}")
 PY
 echo "proof.sh: pytest exit $rc; log, figures and junit.xml in $out/"

@@ -3,6 +3,7 @@ CPU: what the GPU engine tests compare between resident and streamed engines."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -65,3 +66,43 @@ def test_stored_encoder_outputs_are_digested_again_from_their_memory():
     assert again["image-a"]["row_sums"][:3] == digests["image-a"]["row_sums"][:3]
     assert again["image-b"] == digests["image-b"]
     assert not isinstance(cache.encoder_outputs, engine_probe._RecordingOutputs)  # recording stopped
+
+
+def test_the_gpu_tests_name_the_first_differing_row_and_stream(monkeypatch):
+    """tests/gpu/engine_runs.py's comparisons of two engines' recordings, as the
+    encoder-graph test reads them."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "gpu"))
+    import engine_runs
+
+    embeds = torch.arange(12.0).reshape(3, 4)
+    changed = embeds.clone()
+    changed[1, 2] = -1.0
+    resident = {
+        "compared_inputs": [
+            {
+                "inputs_embeds": engine_probe._tensor_digest(embeds),
+                "stream": 7,
+                "default_stream": 7,
+                "tracked_stream": 7,
+            }
+        ],
+        "embeddings": {"image-a": engine_probe._tensor_digest(embeds)},
+        "embeddings_after_compared": {"image-a": engine_probe._tensor_digest(changed)},
+    }
+    streamed = {
+        "compared_inputs": [
+            {
+                "inputs_embeds": engine_probe._tensor_digest(changed),
+                "stream": 9,
+                "default_stream": 3,
+                "tracked_stream": 9,
+            }
+        ],
+    }
+    assert engine_runs.input_differences(resident, streamed) == [
+        "forward 0: stream is the default stream in one engine only",
+        "forward 0: tracked_stream is the default stream in one engine only",
+        "forward 0: inputs_embeds [3, 4] differs from row 1",
+    ]
+    assert engine_runs.input_differences(resident, resident) == []
+    assert engine_runs.stored_output_changes(resident) == ["image-a: from row 1"]
