@@ -271,12 +271,24 @@ def write_results(args: argparse.Namespace, rows: list[dict]) -> int:
     write_atomic(
         args.out_dir / f"{stem}.md",
         f"# Tower matrix ({args.size}, {report['device']}, {report['dtype']})\n\n"
-        f"`{command}`\n\n{tf.markdown_table(rows)}\n"
+        f"`{command}`\n\n{kernels_line(report)}\n\n{tf.markdown_table(rows)}\n"
         f"{streams} of {len(rows)} families stream bit-identically; {only_kept} with "
         "no tower parameter bytes on the device between encodes but the units too small "
         "to stream (kept_resident_bytes).\n",
     )
     return streams
+
+
+def kernels_line(report: dict) -> str:
+    """Which kernels the figures came from: the figures' first caveat."""
+    if report["standins"]:
+        return (
+            f"Kernels: vLLM's Python tree with pure-torch stand-ins for its compiled extensions "
+            f"(../shared/gpu; no FlashAttention), torch {report['torch']}."
+        )
+    return (
+        f"Kernels: vLLM's own as installed, no stand-ins (FlashAttention where vLLM picks it), torch {report['torch']}."
+    )
 
 
 # -- the child: the families, one row each, to the parent's pipe ----------------

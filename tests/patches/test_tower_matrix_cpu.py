@@ -152,3 +152,4 @@ def test_matrix_records_a_family_that_kills_its_process_and_runs_the_rest(vllm_t
     table = (tmp_path / "tower_matrix.md").read_text()
     assert "| qwen2_vl | visual | 0.0 | error: the process was killed by SIGKILL" in table
     assert "2 of 3 families stream bit-identically" in table
+    assert "Kernels: vLLM's own as installed, no stand-ins" in table  # no VLLM_GPU_STANDINS here
