@@ -456,6 +456,12 @@ def run(
     embeddings_after = llm.collective_rpc(_redigest_embeddings)[0] if recording else {}
     embeddings = llm.collective_rpc(_recorded_embeddings)[0] if recording else {}
     graph_stats_after_compared = llm.collective_rpc(_encoder_graph_stats)[0]
+    # The same batch again: its images' embeddings come from the encoder cache (no encode in
+    # its steps) and prompt logprobs skip the prefix cache, so only the decoder runs. Against
+    # the first run it tells a difference made while the encoder runs in the same step from
+    # one the decoder keeps.
+    with schedule_trace(llm) as steps_again:
+        compared_again = generate_compared()
     reload: dict = {}
     if reload_tower_weights:
         reload["tensors_loaded"] = llm.collective_rpc(_reload_tower_weights)[0]
@@ -526,6 +532,8 @@ def run(
         "compared": compared,
         "compared_steps": steps,
         "compared_inputs": compared_inputs,
+        "compared_again": compared_again,
+        "compared_again_steps": steps_again,
         "embeddings_after_compared": embeddings_after,
         "growth": growth,
         "after_reload": reload,
