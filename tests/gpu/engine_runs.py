@@ -62,6 +62,11 @@ def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600) -> d
     return result
 
 
+def differing_rows(a: dict, b: dict) -> list[int]:
+    """The rows whose float64 sums differ between two tensor digests (engine_probe's)."""
+    return [i for i, (x, y) in enumerate(zip(a["row_sums"], b["row_sums"])) if x != y]
+
+
 def embedding_differences(resident: dict, streamed: dict) -> list[str]:
     """Each image whose encoder output differs between the two engines (same mm hash), with
     the rows that differ and by how much (from the recorded per-row sums)."""
@@ -70,7 +75,7 @@ def embedding_differences(resident: dict, streamed: dict) -> list[str]:
         b = streamed.get("embeddings", {}).get(key)
         if b is None or a["sha256"] == b["sha256"]:
             continue
-        rows = [i for i, (x, y) in enumerate(zip(a["row_sums"], b["row_sums"])) if x != y]
+        rows = differing_rows(a, b)
         worst = max((abs(a["row_sums"][i] - b["row_sums"][i]) for i in rows), default=0.0)
         found.append(
             f"{key[:12]} {a['shape']}: {len(rows)} of {len(a['row_sums'])} rows differ (max |row sum diff| {worst:.3g})"
@@ -104,7 +109,7 @@ def logprob_differences(a: dict, b: dict, parts: tuple[str, ...] = ("compared", 
 
 def first_differing_row(a: dict, b: dict) -> int | None:
     """The first row whose float64 sum differs between two digests (None: none does)."""
-    return next((i for i, (x, y) in enumerate(zip(a["row_sums"], b["row_sums"])) if x != y), None)
+    return next(iter(differing_rows(a, b)), None)
 
 
 def input_differences(a: dict, b: dict) -> list[str]:
