@@ -354,6 +354,12 @@ def schedule_trace(llm) -> Iterator[list[dict] | None]:
         del scheduler.schedule  # the instance attribute: the class's method again
 
 
+def _inductor_deterministic() -> bool:
+    import torch._inductor.config as inductor_config
+
+    return bool(inductor_config.deterministic)
+
+
 def _gpu_allocated(worker) -> int:
     import torch
 
@@ -520,6 +526,9 @@ def run(
         "encoder_graph_stats": llm.collective_rpc(_encoder_graph_stats)[0],
         "encoder_graph_stats_after_compared": graph_stats_after_compared,
         "mm_encoder_attn_backend": mm_encoder_attn_backend,
+        # Inductor's deterministic mode (TORCHINDUCTOR_DETERMINISTIC=1): no on-device
+        # benchmarking of kernel configs that change numerics (engine_runs.run_probe).
+        "inductor_deterministic": _inductor_deterministic(),
         "embeddings": embeddings,
         "parallel": {"tp": tp, "pp": pp, "mm_encoder_tp_mode": mm_encoder_tp_mode},
         "ranks": ranks,

@@ -41,7 +41,7 @@ for case in root.iter("testcase"):
     if case.find("failure") is not None or case.find("error") is not None:
         result = "FAIL"
     elif skipped is not None:
-        # An expected failure (xfail) is a known open problem, named in docs/tower-streaming.md.
+        # An expected failure (xfail) would be a known open problem, named in the docs.
         result = "known open" if skipped.get("type") == "pytest.xfail" else "skip"
     else:
         result = "pass"

@@ -7,7 +7,9 @@
 # import vllm_fork_testkit from it.
 #   bash benchmarks/gpu/run.sh proof     # in-tree tests, tower tests, engine tests (Qwen3-VL eager and
 #                                        # CUDA graphs, Qwen2.5-VL eager)
-#   bash benchmarks/gpu/run.sh engines   # proof without the in-tree tests
+#   bash benchmarks/gpu/run.sh engines   # the tower tests and the eager engine tests (Qwen3-VL, Qwen2.5-VL)
+#   bash benchmarks/gpu/run.sh compiled  # the engine test with vLLM's defaults (compiled decoder, CUDA
+#                                        # graphs; deterministic compiles, each engine its own caches)
 #   bash benchmarks/gpu/run.sh pipeline  # the pipeline matrix (tower_pipeline.py), then 2B with 128 MiB kept resident
 #   bash benchmarks/gpu/run.sh graph     # tower_graph.py: every case of the matrix, resident vs streamed, CUDA graphs (GRAPH_ARGS,
 #                                        # GRAPH_TIMEOUT_S, default 500: the whole matrix takes ~410 s)
@@ -35,7 +37,7 @@
 # The host-time probes of issue 11 (hosttime, probe, issue, streams, depth, contention, ab, decompose,
 # encodeab) answered their questions and were removed: benchmarks/results/gpu-runs.md says where.
 set -uo pipefail
-stages="proof engines intree prefix ablation qwen3 encgraphs reload graph pipeline resident matrix serve bench benchgraphs multi"
+stages="proof engines compiled intree prefix ablation qwen3 encgraphs reload graph pipeline resident matrix serve bench benchgraphs multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -97,9 +99,14 @@ reload)
   # eager and with encoder CUDA graphs (RELOAD_K=eager or RELOAD_K=encoder runs one: ~1.7 min each).
   in_repo "timeout 400 $pytest_gpu ${RELOAD_K:+-k $RELOAD_K} tests/gpu/test_engine_reload_weights.py" 2>&1 | tee "$OUT/gpu-engine-reload-tests.log" | tail -20
   ;;
-proof|engines)
+proof|engines|compiled)
+  # On the real wheel six engines and the tower tests took 461 s (2026-12-05b): more than one
+  # call's worth beside the start, so the compiled pair is a stage of its own.
   [ $stage = proof ] && intree
-  in_repo "timeout 440 $pytest_gpu tests/gpu/test_tower_streaming_gpu.py tests/gpu/test_engine_offload_towers.py" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
+  case $stage in proof) k="";; engines) k="-k 'not cudagraphs'";; compiled) k="-k cudagraphs";; esac
+  files="tests/gpu/test_engine_offload_towers.py"
+  [ $stage = compiled ] || files="tests/gpu/test_tower_streaming_gpu.py $files"
+  in_repo "timeout 540 $pytest_gpu $k $files" 2>&1 | tee "$OUT/gpu-tests-$stage.log" | tail -40
   ;;
 graph)
   in_repo "timeout ${GRAPH_TIMEOUT_S:-500} python3 benchmarks/tower_graph.py ${GRAPH_ARGS:-} --out-dir $OUT/tower_graph" 2>&1 | tee "$OUT/tower-graph.log" | tail -25

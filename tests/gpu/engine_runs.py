@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,9 +35,27 @@ def record(name: str, data: dict) -> None:
         Path(directory, f"{name}.gz").write_bytes(gzip.compress(json.dumps(data).encode()))
 
 
-def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600) -> dict:
-    out = checkpoint.parent / f"probe-{mode}-{'-'.join(extra) or 'eager'}.json"
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO"}
+def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600, deterministic: bool = False) -> dict:
+    """One engine in a subprocess, with compile caches of its own (vLLM's, Inductor's and
+    Triton's under one fresh directory): no engine loads what another compiled, so two
+    engines' compiled decoders are each their own compile. `deterministic` compiles in
+    Inductor's deterministic mode (TORCHINDUCTOR_DETERMINISTIC=1, which vLLM's compilation
+    config also reads): no on-device benchmarking of kernel configs that change numerics.
+    Without it, each compile picks its reductions' configs by timing them on the device,
+    so two compiles of the same model can differ in their last bits."""
+    label = f"{mode}-{'-'.join(extra) or 'eager'}{'-deterministic' if deterministic else ''}"
+    out = checkpoint.parent / f"probe-{label}.json"
+    caches = Path(tempfile.mkdtemp(prefix=f"compile-{mode}-", dir=checkpoint.parent))
+    env = {
+        **os.environ,
+        "VLLM_LOGGING_LEVEL": "INFO",
+        "VLLM_CACHE_ROOT": str(caches / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+        "TRITON_CACHE_DIR": str(caches / "triton"),
+    }
+    env.pop("TORCHINDUCTOR_DETERMINISTIC", None)
+    if deterministic:
+        env["TORCHINDUCTOR_DETERMINISTIC"] = "1"
     proc = subprocess.run(
         [
             sys.executable,
@@ -59,7 +78,41 @@ def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600) -> d
         pytest.fail(f"engine_probe {mode} {extra} exited {proc.returncode}:\n{log[-6000:]}")
     result = json.loads(out.read_text())
     result["log_lines"] = [line for line in log.splitlines() if any(key in line for key in LOG_KEYS)]
+    result["compiled_kernels"] = compiled_kernels(caches)
     return result
+
+
+def compiled_kernels(caches: Path) -> dict:
+    """What the engine's compiles left in its caches: the generated kernels (Inductor names
+    each source file by a hash of its text) and, per autotuned kernel, the config it chose
+    (kernel arguments, warps and stages; the time it took dropped)."""
+    triton = {"triton", "triton_cache"}  # Triton's own cache: launchers, not generated kernels
+    inductor = [p for p in caches.rglob("*.py") if not triton & set(p.relative_to(caches).parts)]
+    configs = {}
+    for path in caches.rglob("*.best_config"):
+        chosen = json.loads(path.read_text())
+        configs[path.stem] = {k: v for k, v in chosen.items() if k not in ("time_taken_ms", "triton_cache_hash")}
+    return {"sources": sorted({p.name for p in inductor}), "configs": configs}
+
+
+def kernel_differences(a: dict, b: dict) -> list[str]:
+    """How two engines' compiles differ: kernels only one generated, and kernels both
+    autotuned that chose different configs."""
+    ka, kb = a.get("compiled_kernels") or {}, b.get("compiled_kernels") or {}
+    sa, sb = set(ka.get("sources", ())), set(kb.get("sources", ()))
+    found = []
+    if sa != sb:
+        found.append(f"{len(sa - sb)} kernel sources only in the first, {len(sb - sa)} only in the second")
+    ca, cb = ka.get("configs", {}), kb.get("configs", {})
+    for key in sorted(ca.keys() & cb.keys()):
+        if ca[key] != cb[key]:
+            changed = {
+                k: (ca[key].get(k), cb[key].get(k))
+                for k in ca[key].keys() | cb[key].keys()
+                if ca[key].get(k) != cb[key].get(k)
+            }
+            found.append(f"kernel {key[:16]} chose another config: {changed}")
+    return found
 
 
 def differing_rows(a: dict, b: dict) -> list[int]:

@@ -6,15 +6,19 @@ with decoder CUDA graphs, and Qwen2.5-VL with its full-size 7B tower (a
 second family, whose `device` follows a weight), eager. One engine per
 subprocess (`engine_probe.py`). The prompt logprobs depend on the image embeddings, so
 equal logprobs prove the streamed encoder computes the same output as the
-resident one inside the real engine. Figures go to `$VLLM_FORK_RESULTS`
-(when set) as `engine_<family>_<graphs>.json.gz`.
+resident one inside the real engine. With decoder CUDA graphs (vLLM's defaults: the
+decoder compiled by torch.compile) both engines compile in Inductor's deterministic mode,
+each into caches of its own: without it each compile times its reductions' configs on the
+device and may pick others, and two compiles of the same resident model can then differ in
+their last bits (docs/tower-streaming.md, "Compiled decoders"). Figures go to
+`$VLLM_FORK_RESULTS` (when set) as `engine_<family>_<graphs>.json.gz`.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from engine_runs import assert_same_outputs, record, run_probe
+from engine_runs import assert_same_outputs, kernel_differences, record, run_probe
 
 pytestmark = [
     pytest.mark.gpu,
@@ -31,8 +35,11 @@ MiB = 1 << 20
 )
 def engines(request, checkpoints) -> dict[str, dict]:
     family, graphs = request.param
-    extra = ("--cudagraphs",) if graphs == "cudagraphs" else ()
-    results = {mode: run_probe(checkpoints[family], mode, *extra) for mode in ("resident", "streamed")}
+    compiled = graphs == "cudagraphs"
+    extra = ("--cudagraphs",) if compiled else ()
+    results = {
+        mode: run_probe(checkpoints[family], mode, *extra, deterministic=compiled) for mode in ("resident", "streamed")
+    }
     record(f"engine_{family}_{graphs}.json", results)
     return results
 
@@ -40,6 +47,19 @@ def engines(request, checkpoints) -> dict[str, dict]:
 def test_same_tokens_and_prompt_logprobs(engines):
     assert engines["resident"]["compared"][0]["prompt_tokens"] > 2223  # the 2223-token image went in
     assert_same_outputs(engines["resident"], engines["streamed"])
+
+
+def test_compiled_decoders_are_the_same_kernels(engines):
+    """With a compiled decoder: both engines generated the same kernels and, where they
+    tuned one, chose the same config; so equal logprobs compare the streamer, not two
+    compiles (deterministic mode, checked in the engine)."""
+    resident, streamed = engines["resident"], engines["streamed"]
+    if not resident["cudagraphs"] or resident["standins"]:
+        pytest.skip("nothing compiled: eager, or the stand-ins (mode 0)")
+    assert resident["inductor_deterministic"] and streamed["inductor_deterministic"]
+    assert resident["compiled_kernels"]["sources"], "the decoder compiled no kernels into its own cache"
+    differ = kernel_differences(resident, streamed)
+    assert not differ, "\n".join(differ)
 
 
 def test_weights_on_gpu_shrink_by_the_tower(engines):

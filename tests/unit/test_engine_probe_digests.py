@@ -106,3 +106,41 @@ def test_the_gpu_tests_name_the_first_differing_row_and_stream(monkeypatch):
     ]
     assert engine_runs.input_differences(resident, resident) == []
     assert engine_runs.stored_output_changes(resident) == ["image-a: from row 1"]
+
+
+def test_two_compiles_kernels_and_chosen_configs_are_compared(monkeypatch, tmp_path: Path):
+    """engine_runs.compiled_kernels reads an engine's private caches as Inductor leaves them
+    (kernel sources named by a hash of their text, each autotuned kernel's choice in a
+    `.best_config` JSON beside it; Triton's own cache ignored), and kernel_differences says
+    where two compiles part."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "gpu"))
+    import json
+
+    import engine_runs
+
+    def lay_out(root: Path, warps: int, extra_kernel: bool) -> dict:
+        kernels = root / "vllm" / "torch_compile_cache" / "abc" / "rank_0_0" / "inductor_cache" / "x7"
+        kernels.mkdir(parents=True)
+        (kernels / "cx7rmsnorm.py").write_text("# kernel")
+        choice = {"XBLOCK": 1, "R0_BLOCK": 4096, "num_warps": warps, "num_stages": 1, "configs_hash": "h"}
+        (kernels / "k3f9.best_config").write_text(
+            json.dumps({**choice, "time_taken_ms": warps, "triton_cache_hash": str(warps)})
+        )
+        if extra_kernel:
+            (kernels / "cx7combo.py").write_text("# combo kernel")
+        (root / "triton" / "TKEY").mkdir(parents=True)
+        (root / "triton" / "TKEY" / "launcher.py").write_text("# triton's, not a generated kernel")
+        return {"compiled_kernels": engine_runs.compiled_kernels(root)}
+
+    first = lay_out(tmp_path / "a", warps=8, extra_kernel=False)
+    assert first["compiled_kernels"] == {
+        "sources": ["cx7rmsnorm.py"],
+        "configs": {"k3f9": {"XBLOCK": 1, "R0_BLOCK": 4096, "num_warps": 8, "num_stages": 1, "configs_hash": "h"}},
+    }
+    same = lay_out(tmp_path / "b", warps=8, extra_kernel=False)
+    assert engine_runs.kernel_differences(first, same) == []  # the time each took is not a choice
+    other = lay_out(tmp_path / "c", warps=16, extra_kernel=True)
+    assert engine_runs.kernel_differences(first, other) == [
+        "0 kernel sources only in the first, 1 only in the second",
+        "kernel k3f9 chose another config: {'num_warps': (8, 16)}",
+    ]
