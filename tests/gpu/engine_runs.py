@@ -21,6 +21,8 @@ LOG_KEYS = (
     "KV cache size",
     "WARNING",
     "vit attention",  # which ViT attention backend vLLM chose
+    "Compiling a graph",  # vLLM compiled the model ...
+    "Directly load",  # ... or loaded it from its compile cache
 )
 
 
@@ -35,17 +37,25 @@ def record(name: str, data: dict) -> None:
         Path(directory, f"{name}.gz").write_bytes(gzip.compress(json.dumps(data).encode()))
 
 
-def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600, deterministic: bool = False) -> dict:
+def run_probe(
+    checkpoint: Path,
+    mode: str,
+    *extra: str,
+    timeout: int = 600,
+    deterministic: bool = False,
+    caches: Path | None = None,
+) -> dict:
     """One engine in a subprocess, with compile caches of its own (vLLM's, Inductor's and
     Triton's under one fresh directory): no engine loads what another compiled, so two
     engines' compiled decoders are each their own compile. `deterministic` compiles in
     Inductor's deterministic mode (TORCHINDUCTOR_DETERMINISTIC=1, which vLLM's compilation
     config also reads): no on-device benchmarking of kernel configs that change numerics.
     Without it, each compile picks its reductions' configs by timing them on the device,
-    so two compiles of the same model can differ in their last bits."""
+    so two compiles of the same model can differ in their last bits. `caches`: another
+    engine's (its result's `compile_caches`), to start from what that one compiled."""
     label = f"{mode}-{'-'.join(extra) or 'eager'}{'-deterministic' if deterministic else ''}"
     out = checkpoint.parent / f"probe-{label}.json"
-    caches = Path(tempfile.mkdtemp(prefix=f"compile-{mode}-", dir=checkpoint.parent))
+    caches = caches or Path(tempfile.mkdtemp(prefix=f"compile-{mode}-", dir=checkpoint.parent))
     env = {
         **os.environ,
         "VLLM_LOGGING_LEVEL": "INFO",
@@ -79,6 +89,7 @@ def run_probe(checkpoint: Path, mode: str, *extra: str, timeout: int = 600, dete
     result = json.loads(out.read_text())
     result["log_lines"] = [line for line in log.splitlines() if any(key in line for key in LOG_KEYS)]
     result["compiled_kernels"] = compiled_kernels(caches)
+    result["compile_caches"] = str(caches)
     return result
 
 

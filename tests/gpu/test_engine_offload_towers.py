@@ -10,11 +10,14 @@ resident one inside the real engine. With decoder CUDA graphs (vLLM's defaults: 
 decoder compiled by torch.compile) both engines compile in Inductor's deterministic mode,
 each into caches of its own: without it each compile times its reductions' configs on the
 device and may pick others, and two compiles of the same resident model can then differ in
-their last bits (docs/tower-streaming.md, "Compiled decoders"). Figures go to
+their last bits (docs/tower-streaming.md, "Compiled decoders"). A third engine, streamed in
+the resident engine's caches, must load that compile (patch 12). Figures go to
 `$VLLM_FORK_RESULTS` (when set) as `engine_<family>_<graphs>.json.gz`.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -40,6 +43,13 @@ def engines(request, checkpoints) -> dict[str, dict]:
     results = {
         mode: run_probe(checkpoints[family], mode, *extra, deterministic=compiled) for mode in ("resident", "streamed")
     }
+    if compiled:
+        # Streamed again, in the resident engine's compile caches (patch 12: the towers'
+        # options are not in vLLM's compile cache key).
+        caches = Path(results["resident"]["compile_caches"])
+        results["streamed_in_resident_caches"] = run_probe(
+            checkpoints[family], "streamed", *extra, deterministic=True, caches=caches
+        )
     record(f"engine_{family}_{graphs}.json", results)
     return results
 
@@ -60,6 +70,24 @@ def test_compiled_decoders_are_the_same_kernels(engines):
     assert resident["compiled_kernels"]["sources"], "the decoder compiled no kernels into its own cache"
     differ = kernel_differences(resident, streamed)
     assert not differ, "\n".join(differ)
+
+
+def test_a_streamed_engine_loads_the_resident_engines_compile(engines):
+    """A streamed engine started where a resident one compiled loads that compile (the towers
+    never enter a compiled graph, so they are not in vLLM's compile cache key) and gives the
+    resident engine's tokens and prompt logprobs."""
+    resident, again = engines["resident"], engines.get("streamed_in_resident_caches")
+    if again is None or resident["standins"]:
+        pytest.skip("nothing compiled: eager, or the stand-ins (mode 0)")
+    loaded = [line for line in again["log_lines"] if "Directly load" in line]
+    compiled = [line for line in again["log_lines"] if "Compiling a graph" in line]
+    print(
+        f"\n[engine] streamed in the resident engine's caches: start {again['startup_s']:.1f} s "
+        f"(resident {resident['startup_s']:.1f} s, streamed alone {engines['streamed']['startup_s']:.1f} s); "
+        f"{len(loaded)} loads, {len(compiled)} compiles"
+    )
+    assert loaded and not compiled, "\n".join(compiled) or "no graph loaded from the cache"
+    assert_same_outputs(resident, again)
 
 
 def test_weights_on_gpu_shrink_by_the_tower(engines):
