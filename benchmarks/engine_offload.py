@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 from vllm_fork.core.fs import write_atomic
+from vllm_fork_testkit.kernels import kernels_sentence
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -226,16 +227,12 @@ def markdown(report: dict) -> str:
     s = report["summary"]
     rows = s["rows"]
     first = next(iter(rows.values()))
-    kernels = (
-        f"the wheel, vLLM {first['vllm_version']}, with its real kernels"
-        if first.get("standins") is False
-        else "vLLM's Python tree with stand-ins for its compiled kernels"
-    )
+    kernels = f"vLLM {first['vllm_version']}. {kernels_sentence(first.get('standins') is not False)}"
     tower = f" ({s['tower_mib']:.0f} MiB bf16)" if "tower_mib" in s else ""
     lines = [
         "# Resident vs `--offload-towers` in vLLM's engine",
         "",
-        f"`{report['command']}` ({report['when']}, {report['gpu']}; {kernels}). Qwen3-VL checkpoint"
+        f"`{report['command']}` ({report['when']}, {report['gpu']}). {kernels} Qwen3-VL checkpoint"
         f" made on the spot: full-size 8B vision tower{tower}, 2-layer 4096-wide text model, dummy"
         f" weights. Latency: one request, one new image of {SMALL_TOKENS} or {LATENCY_TOKENS} tokens,"
         f" median of {report['repeats']}. `+graphs`: vLLM's encoder CUDA graphs too.",

@@ -59,6 +59,7 @@ import torch
 
 from vllm_fork.core.fs import write_atomic
 from vllm_fork_testkit import tower_families as tf
+from vllm_fork_testkit.kernels import kernels_sentence, uses_standins
 
 # Test hook, read by the child only: the family named here kills its process
 # (SIGKILL) when it starts, as a device-side assert or a segfault would.
@@ -260,7 +261,7 @@ def write_results(args: argparse.Namespace, rows: list[dict]) -> int:
         "dtype": str(DTYPES[args.dtype]),
         "device": tf.device_name(device),
         "torch": torch.__version__,
-        "standins": os.environ.get("VLLM_GPU_STANDINS") == "1",
+        "standins": uses_standins(),
         "rows": rows,
     }
     write_atomic(args.out_dir / f"{stem}.json", json.dumps(report, indent=2) + "\n")
@@ -281,14 +282,7 @@ def write_results(args: argparse.Namespace, rows: list[dict]) -> int:
 
 def kernels_line(report: dict) -> str:
     """Which kernels the figures came from: the figures' first caveat."""
-    if report["standins"]:
-        return (
-            f"Kernels: vLLM's Python tree with pure-torch stand-ins for its compiled extensions "
-            f"(../shared/gpu; no FlashAttention), torch {report['torch']}."
-        )
-    return (
-        f"Kernels: vLLM's own as installed, no stand-ins (FlashAttention where vLLM picks it), torch {report['torch']}."
-    )
+    return kernels_sentence(report["standins"], report["torch"])
 
 
 # -- the child: the families, one row each, to the parent's pipe ----------------

@@ -64,6 +64,7 @@ from vllm_fork.core.fs import write_atomic
 from vllm_fork_testkit import encode_bench as eb
 from vllm_fork_testkit import tower_families as tf
 from vllm_fork_testkit import trace_gaps
+from vllm_fork_testkit.kernels import kernels_sentence
 from vllm_fork_testkit.vlm_checkpoint import VISION as QWEN3_VL_8B_VISION
 from vllm_fork_testkit.vlm_checkpoint import VISION_QWEN3_2B as QWEN3_VL_2B_VISION
 
@@ -1005,13 +1006,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{where}; torch {m['torch']}, CUDA {m['cuda']}, Python {m['python']}, {m['host']}; "
         f"{report['when']}; {report['wall_s']} s"
         + ("." if report["complete"] else " so far: an INCOMPLETE run (it stopped or is still running).")
-        + (
-            " vLLM's Python tree with pure-torch stand-ins for its compiled extensions "
-            "(../shared/gpu): no FlashAttention, so compute is slower "
-            "than in production and fewer cases are copy-bound."
-            if m.get("vllm_gpu_standins")
-            else ""
-        )
+        + f" {kernels_sentence(bool(m.get('vllm_gpu_standins')))}"
         + f" ViT attention: {report['settings'].get('vit_attention', 'TORCH_SDPA')}."
         + (
             " Compute stream: vLLM's own (`current_stream()`, as its engine)."

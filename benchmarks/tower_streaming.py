@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import platform
 import shlex
 import statistics
@@ -44,6 +43,7 @@ from typing import Any
 import torch
 
 from vllm_fork.core.fs import write_atomic
+from vllm_fork_testkit.kernels import uses_standins
 
 # The GPU tests' helpers: the Qwen3-VL-8B vision config, building and seeding as vLLM's loader does.
 
@@ -387,7 +387,7 @@ def run_all(args: argparse.Namespace, setup: Setup) -> None:
         "gpu": None if setup.smoke else torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "vllm_python_tree_standins": os.environ.get("VLLM_GPU_STANDINS") == "1",
+        "vllm_python_tree_standins": uses_standins(),
         "tower": {
             "config": CONFIG_TINY if setup.smoke else CONFIG_8B,
             "param_bytes": tower_bytes,

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from vllm_fork_testkit.kernels import uses_standins
+
 MiB = 1 << 20
 
 
@@ -244,7 +246,7 @@ def machine(device: torch.device) -> dict[str, Any]:
         "platform": platform.platform(),
         # ../shared/gpu: vLLM's Python tree with pure-torch stand-ins for its
         # compiled extensions (SDPA attention instead of FlashAttention).
-        "vllm_gpu_standins": os.environ.get("VLLM_GPU_STANDINS") == "1",
+        "vllm_gpu_standins": uses_standins(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

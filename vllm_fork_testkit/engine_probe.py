@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from vllm_fork_testkit.kernels import uses_standins
 from vllm_fork_testkit.vlm_checkpoint import family_of, image_of_tokens
 
 MiB = 1 << 20
@@ -52,7 +53,7 @@ def harness_kwargs(cudagraphs: bool, encoder_cudagraphs: bool = False) -> dict:
         "encoder_cudagraph_token_budgets": [256, 1024, 2304],
         "encoder_cudagraph_max_vision_items_per_batch": 3,
     }
-    if os.environ.get("VLLM_GPU_STANDINS") != "1":
+    if not uses_standins():
         if encoder_cudagraphs:
             return {"compilation_config": encoder_graphs}
         return {} if cudagraphs else {"enforce_eager": True}
@@ -409,7 +410,7 @@ def run(
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     from vllm import LLM, SamplingParams
 
-    if encoder_cudagraphs and os.environ.get("VLLM_GPU_STANDINS") == "1":
+    if encoder_cudagraphs and uses_standins():
         honour_vit_attn_backend()
     family = family_of(Path(checkpoint))
     rss_before = _rss_bytes()
@@ -518,7 +519,7 @@ def run(
         "mode": mode,
         # Which kernels made these figures: vLLM's real ones (the installed wheel) or the
         # stand-in harness's pure-torch ones (../shared/gpu/standins.py).
-        "standins": os.environ.get("VLLM_GPU_STANDINS") == "1",
+        "standins": uses_standins(),
         "vllm_version": __import__("vllm").__version__,
         "resident_gb": resident_gb,
         "cudagraphs": cudagraphs,

@@ -64,7 +64,7 @@ def _minicpmv_builder(version: tuple[int, int], llm_hidden: int):
         from vllm.model_executor.models.minicpmv import Resampler2_5
 
         if isinstance(host.resampler, Resampler2_5):
-            # vLLM 0.33.0's Resampler2_5 makes its `pos_embed` buffer on the CPU
+            # vLLM's Resampler2_5 (0.33.0, 0.34.0) makes its `pos_embed` buffer on the CPU
             # whatever the build device, and nothing moves it (a non-persistent
             # buffer, loaded with no weight); its forward then indexes it with
             # indices on the input's device, which fails on CUDA. Upstream fixed
@@ -325,7 +325,7 @@ FAMILIES: list[TowerFamily] = [
         _minicpmv_inputs,
         process="_process_vision_input",
         full_tower="openbmb/MiniCPM-V-2_6",
-        works_around="vLLM 0.33.0 leaves Resampler2_5.pos_embed on the CPU after a CUDA build (its forward "
+        works_around="vLLM (0.33.0, 0.34.0) leaves Resampler2_5.pos_embed on the CPU after a CUDA build (its forward "
         "then indexes it with CUDA indices and fails); the harness moves it to the towers' device",
     ),
     TowerFamily(
