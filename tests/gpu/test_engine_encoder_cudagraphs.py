@@ -24,8 +24,6 @@ that pair holds such a difference to kernels its two compiles chose differently
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from engine_runs import (
@@ -38,6 +36,8 @@ from engine_runs import (
     run_probe,
     stored_output_changes,
 )
+
+from vllm_fork_testkit.kernels import uses_standins
 
 pytestmark = [
     pytest.mark.gpu,
@@ -65,14 +65,14 @@ def skip_uncompiled(engine: dict) -> None:
 @pytest.fixture(scope="module", params=["vllm-default", "TRITON_ATTN"])
 def engines(request, checkpoints) -> dict[str, dict]:
     backend = request.param
-    if backend == "vllm-default" and os.environ.get("VLLM_GPU_STANDINS") == "1":
+    standins = uses_standins()
+    if backend == "vllm-default" and standins:
         pytest.skip("the stand-ins have no FlashAttention, vLLM's default ViT backend on Hopper")
     extra = ("--encoder-cudagraphs", "--requests", "8")
     if backend != "vllm-default":
         extra += ("--mm-encoder-attn-backend", backend)
     results = {}
     # The stand-ins compile nothing (mode 0): the autotuned pair would be the other again.
-    standins = os.environ.get("VLLM_GPU_STANDINS") == "1"
     pairs = {"deterministic": PAIRS["deterministic"]} if standins else PAIRS
     for pair, names in pairs.items():
         for name, mode in zip(names, ("resident", "streamed"), strict=True):
