@@ -227,7 +227,8 @@ def markdown(report: dict) -> str:
     s = report["summary"]
     rows = s["rows"]
     first = next(iter(rows.values()))
-    kernels = f"vLLM {first['vllm_version']}. {kernels_sentence(first.get('standins') is not False)}"
+    version = f"vLLM {first['vllm_version']}. " if first.get("vllm_version") else ""
+    kernels = version + kernels_sentence(first.get("standins") is not False)
     tower = f" ({s['tower_mib']:.0f} MiB bf16)" if "tower_mib" in s else ""
     lines = [
         "# Resident vs `--offload-towers` in vLLM's engine",
