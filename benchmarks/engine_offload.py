@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 from vllm_fork.core.fs import write_atomic
+from vllm_fork_testkit.compile_caches import compile_cache_env
 from vllm_fork_testkit.kernels import kernels_sentence
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,16 +83,10 @@ def probe_command(checkpoint: Path, mode: str, repeats: int, out: Path) -> list[
 
 def probe(checkpoint: Path, mode: str, repeats: int, workdir: Path) -> dict:
     """One engine; it compiles into caches of its own, so its start-up time is a fresh start's
-    whichever mode ran before (a streamed engine never finds a resident one's compile anyway:
-    the offload config is among vLLM's compile factors)."""
+    whichever mode ran before (with patch 12 a streamed engine would otherwise load the
+    resident engine's compile)."""
     out = workdir / f"{mode}.json"
-    caches = workdir / f"caches-{mode}"
-    env = {
-        **os.environ,
-        "VLLM_CACHE_ROOT": str(caches / "vllm"),
-        "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
-        "TRITON_CACHE_DIR": str(caches / "triton"),
-    }
+    env = {**os.environ, **compile_cache_env(workdir / f"caches-{mode}")}
     subprocess.run(probe_command(checkpoint, mode, repeats, out), check=True, env=env)
     return json.loads(out.read_text())
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from vllm_fork_testkit.compile_caches import compile_cache_env
+
 HERE = Path(__file__).resolve().parent
 #: The engine's log lines kept with the figures.
 LOG_KEYS = (
@@ -56,13 +58,7 @@ def run_probe(
     label = f"{mode}-{'-'.join(extra) or 'eager'}{'-deterministic' if deterministic else ''}"
     out = checkpoint.parent / f"probe-{label}.json"
     caches = caches or Path(tempfile.mkdtemp(prefix=f"compile-{mode}-", dir=checkpoint.parent))
-    env = {
-        **os.environ,
-        "VLLM_LOGGING_LEVEL": "INFO",
-        "VLLM_CACHE_ROOT": str(caches / "vllm"),
-        "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
-        "TRITON_CACHE_DIR": str(caches / "triton"),
-    }
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO", **compile_cache_env(caches)}
     env.pop("TORCHINDUCTOR_DETERMINISTIC", None)
     if deterministic:
         env["TORCHINDUCTOR_DETERMINISTIC"] = "1"
@@ -124,6 +120,16 @@ def kernel_differences(a: dict, b: dict) -> list[str]:
             }
             found.append(f"kernel {key[:16]} chose another config: {changed}")
     return found
+
+
+def assert_same_compiled_kernels(resident: dict, streamed: dict) -> None:
+    """Both engines compiled deterministically, generated the same kernels and, where they
+    tuned one, chose the same config: equal logprobs then compare the streamer, not two
+    compiles."""
+    assert resident["inductor_deterministic"] and streamed["inductor_deterministic"]
+    assert resident["compiled_kernels"]["sources"], "the decoder compiled no kernels into its own cache"
+    differ = kernel_differences(resident, streamed)
+    assert not differ, "\n".join(differ)
 
 
 def differing_rows(a: dict, b: dict) -> list[int]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import pytest
 import torch
 from engine_runs import (
+    assert_same_compiled_kernels,
     assert_same_embeddings,
     assert_same_outputs,
     input_differences,
@@ -117,10 +118,7 @@ def test_compiled_decoders_are_the_same_kernels(engines):
     config: equal logprobs then compare the streamer, not two compiles."""
     resident, streamed = engines["resident"], engines["streamed"]
     skip_uncompiled(resident)
-    assert resident["inductor_deterministic"] and streamed["inductor_deterministic"]
-    assert resident["compiled_kernels"]["sources"], "the decoder compiled no kernels into its own cache"
-    differ = kernel_differences(resident, streamed)
-    assert not differ, "\n".join(differ)
+    assert_same_compiled_kernels(resident, streamed)
 
 
 def test_same_tokens_and_prompt_logprobs(engines):
