@@ -30,14 +30,12 @@ from engine_runs import (
     assert_same_compiled_kernels,
     assert_same_embeddings,
     assert_same_outputs,
-    input_differences,
-    kernel_differences,
-    logprob_differences,
     record,
     run_probe,
-    stored_output_changes,
 )
 
+from vllm_fork_testkit.compile_caches import kernel_differences
+from vllm_fork_testkit.engine_compare import input_differences, logprob_differences, report, stored_output_changes
 from vllm_fork_testkit.kernels import uses_standins
 
 pytestmark = [
@@ -162,6 +160,7 @@ def test_autotuned_compiles_differ_only_where_their_kernels_do(engines):
     differ = logprob_differences(resident, streamed)
     kernels = kernel_differences(resident, streamed)
     print(f"\n[engine] autotuned pair: logprobs {differ or 'all equal'}; kernels {kernels or 'the same'}")
+    print(report(engines))
     assert not tokens, f"tokens differ: {tokens}"
     assert not differ or kernels, "prompt logprobs differ although both compiles chose the same kernels:\n" + "\n".join(
         differ

@@ -3,12 +3,14 @@ CPU: what the GPU engine tests compare between resident and streamed engines."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
-from vllm_fork_testkit import engine_probe
+from vllm_fork_testkit import engine_compare, engine_probe
+from vllm_fork_testkit.compile_caches import compiled_kernels, kernel_differences
 
 
 class Decoder(torch.nn.Module):
@@ -68,12 +70,9 @@ def test_stored_encoder_outputs_are_digested_again_from_their_memory():
     assert not isinstance(cache.encoder_outputs, engine_probe._RecordingOutputs)  # recording stopped
 
 
-def test_the_gpu_tests_name_the_first_differing_row_and_stream(monkeypatch):
-    """tests/gpu/engine_runs.py's comparisons of two engines' recordings, as the
-    encoder-graph test reads them."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "gpu"))
-    import engine_runs
-
+def test_the_gpu_tests_name_the_first_differing_row_and_stream():
+    """engine_compare's comparisons of two engines' recordings, as the encoder-graph test
+    reads them."""
     embeds = torch.arange(12.0).reshape(3, 4)
     changed = embeds.clone()
     changed[1, 2] = -1.0
@@ -99,24 +98,20 @@ def test_the_gpu_tests_name_the_first_differing_row_and_stream(monkeypatch):
             }
         ],
     }
-    assert engine_runs.input_differences(resident, streamed) == [
+    assert engine_compare.input_differences(resident, streamed) == [
         "forward 0: stream is the default stream in one engine only",
         "forward 0: tracked_stream is the default stream in one engine only",
         "forward 0: inputs_embeds [3, 4] differs from row 1",
     ]
-    assert engine_runs.input_differences(resident, resident) == []
-    assert engine_runs.stored_output_changes(resident) == ["image-a: from row 1"]
+    assert engine_compare.input_differences(resident, resident) == []
+    assert engine_compare.stored_output_changes(resident) == ["image-a: from row 1"]
 
 
-def test_two_compiles_kernels_and_chosen_configs_are_compared(monkeypatch, tmp_path: Path):
-    """engine_runs.compiled_kernels reads an engine's private caches as Inductor leaves them
+def test_two_compiles_kernels_and_chosen_configs_are_compared(tmp_path: Path):
+    """compile_caches.compiled_kernels reads an engine's private caches as Inductor leaves them
     (kernel sources named by a hash of their text, each autotuned kernel's choice in a
     `.best_config` JSON beside it; Triton's own cache ignored), and kernel_differences says
     where two compiles part."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "gpu"))
-    import json
-
-    import engine_runs
 
     def lay_out(root: Path, warps: int, extra_kernel: bool) -> dict:
         kernels = root / "vllm" / "torch_compile_cache" / "abc" / "rank_0_0" / "inductor_cache" / "x7"
@@ -130,7 +125,7 @@ def test_two_compiles_kernels_and_chosen_configs_are_compared(monkeypatch, tmp_p
             (kernels / "cx7combo.py").write_text("# combo kernel")
         (root / "triton" / "TKEY").mkdir(parents=True)
         (root / "triton" / "TKEY" / "launcher.py").write_text("# triton's, not a generated kernel")
-        return {"compiled_kernels": engine_runs.compiled_kernels(root)}
+        return {"compiled_kernels": compiled_kernels(root)}
 
     first = lay_out(tmp_path / "a", warps=8, extra_kernel=False)
     assert first["compiled_kernels"] == {
@@ -138,9 +133,9 @@ def test_two_compiles_kernels_and_chosen_configs_are_compared(monkeypatch, tmp_p
         "configs": {"k3f9": {"XBLOCK": 1, "R0_BLOCK": 4096, "num_warps": 8, "num_stages": 1, "configs_hash": "h"}},
     }
     same = lay_out(tmp_path / "b", warps=8, extra_kernel=False)
-    assert engine_runs.kernel_differences(first, same) == []  # the time each took is not a choice
+    assert kernel_differences(first, same) == []  # the time each took is not a choice
     other = lay_out(tmp_path / "c", warps=16, extra_kernel=True)
-    assert engine_runs.kernel_differences(first, other) == [
+    assert kernel_differences(first, other) == [
         "0 kernel sources only in the first, 1 only in the second",
         "kernel k3f9 chose another config: {'num_warps': (8, 16)}",
     ]
