@@ -52,12 +52,20 @@ if [ $harness = real ] && ls .gpu-extra/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-extra-site .gpu-extra/*.whl \
     && export PYTHONPATH=/tmp/gpu-extra-site${PYTHONPATH:+:$PYTHONPATH}
 fi
+# transformers and huggingface_hub as `pip install` of the wheel resolves them, where carried
+# (extra.sh .gpu-hub2 benchmarks/gpu/extra-wheels-hub2.txt): ahead of the device's own.
+if [ $harness = real ] && ls .gpu-hub2/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-hub2-site .gpu-hub2/*.whl \
+    && export PYTHONPATH=/tmp/gpu-hub2-site${PYTHONPATH:+:$PYTHONPATH}
+fi
 # The harness's environment, and the checkout as the benchmarks and tests see it there.
 env_run() { if [ $harness = real ]; then bash .gpu-real/run.sh "$@"; else bash .gpu/run.sh "$@"; fi; }
 in_repo() { if [ $harness = real ]; then env_run bash -c "$1"; else env_run bash -c "cd .gpu/repo && $1"; fi; }
 { date -u; echo "harness: $harness"; [ $harness = real ] && cat .gpu-ablation/manifest.json 2>/dev/null | head -3
   [ $harness = standin ] && cat .gpu/repo/TREE; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.used,memory.total --format=csv
-  df -h /dev/shm; ulimit -l; nproc; free -g; } > "$OUT/machine.txt" 2>&1
+  df -h /dev/shm; ulimit -l; nproc; free -g
+  env_run python3 -c 'import huggingface_hub, transformers; print("transformers", transformers.__version__, "huggingface_hub", huggingface_hub.__version__)'
+} > "$OUT/machine.txt" 2>&1
 pytest_gpu="python3 -m pytest -p no:cacheprovider -m gpu -q -s -rs"
 # The in-tree tests: the stand-ins' tree, or, on the real wheel, the queue's test files as a
 # variant of series_ablation.py has them, against that variant's code.
