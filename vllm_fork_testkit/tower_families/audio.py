@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 
 from vllm_fork_testkit.tower_families.core import (
+    TINY_LAYERS,
     TowerFamily,
     by_size,
     current_dtype,
@@ -166,7 +167,7 @@ def _build_granite_speech(host: nn.Module, size: str) -> None:
     )
     qformer = by_size(
         size,
-        {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128},
+        {**TINY_LAYERS, "num_hidden_layers": 2},
         {"hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 16, "intermediate_size": 4096},
     )
     config = host.config = GraniteSpeechConfig(
@@ -237,13 +238,8 @@ def _build_glmasr(host: nn.Module, size: str) -> None:
 
     audio = by_size(
         size,
-        {
-            "hidden_size": 64,
-            "intermediate_size": 256,  # 4 frames merged into one token: 4 x hidden
-            "num_hidden_layers": 3,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 4,
-        },
+        # 4 frames merged into one token: intermediate = 4 x hidden.
+        {**TINY_LAYERS, "intermediate_size": 256, "num_key_value_heads": 4},
         {},  # transformers' defaults, documented as zai-org/GLM-ASR-Nano-2512
     )
     config = host.config = GlmAsrConfig(audio_config=audio, text_config={"hidden_size": by_size(size, 96, 2048)})
@@ -308,14 +304,7 @@ def _build_lfm3_audio(host: nn.Module, size: str) -> None:
     # two) with a 32-frame causal window, projected into LFM3's 2048.
     backbone = by_size(
         size,
-        {
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 3,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "layer_types": ["conv", "conv", "full_attention"],
-        },
+        {**TINY_LAYERS, "num_key_value_heads": 2, "layer_types": ["conv", "conv", "full_attention"]},
         {
             "hidden_size": 768,
             "intermediate_size": 2560,

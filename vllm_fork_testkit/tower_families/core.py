@@ -391,11 +391,23 @@ SO400M_14 = {
 }
 
 
-TINY_VIT = {
+# The tiny size's transformer blocks, in the names of transformers' configs; a family's
+# tiny config is these with what it changes or adds (`{**TINY_LAYERS, "num_hidden_layers": 2}`).
+TINY_LAYERS = {
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 3,
     "num_attention_heads": 4,
-    "image_size": 32,
+}
+# ... and a ViT's patches: 32 x 32 images of 4 x 4 patches.
+TINY_VIT = {**TINY_LAYERS, "image_size": 32, "patch_size": 4}
+# Qwen-VL-style vision configs' names (depth, num_heads): four such blocks, projected to
+# the tiny decoder's width (96).
+TINY_DEPTH_VIT = {
+    "depth": 4,
+    "hidden_size": 64,
+    "num_heads": 4,
+    "intermediate_size": 128,
+    "out_hidden_size": 96,
     "patch_size": 4,
 }

@@ -11,6 +11,8 @@ import torch.nn as nn
 from vllm_fork_testkit.tower_families.core import (
     GRIDS_FULL_14,
     GRIDS_TINY,
+    TINY_DEPTH_VIT,
+    TINY_LAYERS,
     TINY_VIT,
     TowerFamily,
     by_size,
@@ -68,12 +70,7 @@ def qwen2_5_vision_config(size: str):
     return by_size(
         size,
         Qwen2_5_VLVisionConfig(
-            depth=4,
-            hidden_size=64,
-            intermediate_size=128,
-            num_heads=4,
-            out_hidden_size=96,
-            patch_size=4,
+            **TINY_DEPTH_VIT,
             spatial_merge_size=2,
             temporal_patch_size=2,
             window_size=32,
@@ -118,14 +115,9 @@ def _qwen3_vision_config(size: str):
     return by_size(
         size,
         Qwen3VLVisionConfig(
-            depth=4,
-            hidden_size=64,
-            num_heads=4,
-            intermediate_size=128,
-            out_hidden_size=96,
+            **TINY_DEPTH_VIT,
             deepstack_visual_indexes=[1, 2],
             num_position_embeddings=64,
-            patch_size=4,
             temporal_patch_size=2,
             spatial_merge_size=2,
             in_channels=3,
@@ -163,15 +155,7 @@ def _glm_builder(configs: str, tower: str):
         text_cls = next(getattr(module, n) for n in dir(module) if n.endswith("TextConfig"))
         vision = by_size(
             size,
-            vision_cls(
-                depth=3,
-                hidden_size=64,
-                num_heads=4,
-                image_size=32,
-                patch_size=4,
-                out_hidden_size=96,
-                intermediate_size=128,
-            ),
+            vision_cls(**(TINY_DEPTH_VIT | {"depth": 3}), image_size=32),
             vision_cls(),  # the defaults are the documented checkpoint's tower
         )
         text = by_size(size, text_cls(hidden_size=96), text_cls())
@@ -277,13 +261,8 @@ def _siglip_navit_config(size: str, **extra: Any):
     return by_size(
         size,
         remote_config(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=3,
-            num_attention_heads=4,
+            **TINY_VIT,
             num_channels=3,
-            image_size=32,
-            patch_size=4,
             layer_norm_eps=1e-6,
             hidden_act="gelu_pytorch_tanh",
             spatial_merge_size=2,
@@ -337,15 +316,7 @@ def _build_kimi_vl(host: nn.Module, size: str) -> None:
 
     vision = by_size(
         size,
-        MoonViTConfig(
-            patch_size=4,
-            init_pos_emb_height=16,
-            init_pos_emb_width=16,
-            num_attention_heads=4,
-            num_hidden_layers=3,
-            hidden_size=64,
-            intermediate_size=128,
-        ),
+        MoonViTConfig(**TINY_LAYERS, patch_size=4, init_pos_emb_height=16, init_pos_emb_width=16),
         MoonViTConfig(),  # the defaults are Kimi-VL-A3B's MoonViT
     )
     config = host.config = KimiVLConfig(vision_config=vision, text_config={"hidden_size": by_size(size, 96, 2048)})
@@ -372,16 +343,7 @@ def _build_cohere_compass(host: nn.Module, size: str) -> None:
 
     vision = by_size(
         size,
-        CohereCompassVisionConfig(
-            depth=4,
-            hidden_size=64,
-            num_heads=4,
-            intermediate_size=128,
-            out_hidden_size=96,
-            deepstack_visual_indexes=[1, 2],
-            num_position_embeddings=64,
-            patch_size=4,
-        ),
+        CohereCompassVisionConfig(**TINY_DEPTH_VIT, deepstack_visual_indexes=[1, 2], num_position_embeddings=64),
         # transformers' defaults, documented as CohereLabs/North-Micro-Vision-Instruct.
         CohereCompassVisionConfig(),
     )
@@ -394,12 +356,10 @@ def _build_llava_onevision2(host: nn.Module, size: str) -> None:
     vision = by_size(
         size,
         remote_config(
+            # Two heads: its rotary needs head_dim // 2 % 16 == 0.
+            **(TINY_LAYERS | {"num_attention_heads": 2}),
             patch_size=4,
             spatial_merge_size=2,
-            hidden_size=64,
-            num_hidden_layers=3,
-            num_attention_heads=2,  # its rotary needs head_dim // 2 % 16 == 0
-            intermediate_size=128,
         ),
         # Assumed, not read from the checkpoint (remote code, not reachable
         # here): the ViT-L shape of vLLM's LlavaOnevision2VisionEmbeddings
@@ -449,17 +409,12 @@ def _build_mimo_v2_omni(host: nn.Module, size: str) -> None:
     vision = by_size(
         size,
         Mimo_VLVisionConfig(
-            depth=4,
-            hidden_size=64,
-            intermediate_size=128,
-            num_heads=4,
+            **TINY_DEPTH_VIT,
             num_key_value_heads=2,
             num_query_groups=2,
             qk_channels=16,
             kv_channels=16,
-            patch_size=4,
             window_size=32,
-            out_hidden_size=96,
             # Window attention (with sinks) is a Triton kernel: full
             # attention in every block on the CPU; the GPU runs the windows.
             fullatt_block_indexes=[0, 1, 2, 3],
@@ -516,14 +471,7 @@ def _build_lfm3_vl(host: nn.Module, size: str) -> None:
     # LFM3's 2048. Tiny keeps one attention layer among the convolutions.
     vision = by_size(
         size,
-        {
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 4,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "patch_size": 4,
-        },
+        {**TINY_LAYERS, "num_hidden_layers": 4, "num_key_value_heads": 2, "patch_size": 4},
         {},
     )
     config = host.config = Lfm3VlConfig(

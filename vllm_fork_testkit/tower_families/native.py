@@ -7,6 +7,7 @@ from typing import Any
 import torch.nn as nn
 
 from vllm_fork_testkit.tower_families.core import (
+    TINY_VIT,
     TowerFamily,
     by_size,
     current_dtype,
@@ -25,15 +26,7 @@ def _build_mistral3(host: nn.Module, size: str) -> None:
 
     vision = by_size(
         size,
-        {
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 3,
-            "num_attention_heads": 4,
-            "image_size": 64,
-            "patch_size": 4,
-            "head_dim": 16,
-        },
+        {**TINY_VIT, "image_size": 64, "head_dim": 16},
         # Pixtral-ViT of Mistral-Small-3.1-24B.
         {
             "hidden_size": 1024,
@@ -94,13 +87,9 @@ def _pixtral_builder(full: dict[str, Any], text_hidden: int):
         dims = by_size(
             size,
             {
-                "hidden_size": 64,
+                **TINY_VIT,
                 "num_channels": 3,
                 "image_size": 64,
-                "patch_size": 4,
-                "intermediate_size": 128,
-                "num_hidden_layers": 3,
-                "num_attention_heads": 4,
                 "rope_theta": 10000.0,
                 "image_token_id": 10,
                 # The released layout: merger, norm, adapter bias.

@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from vllm_fork_testkit.tower_families.core import (
     TINY,
+    TINY_DEPTH_VIT,
     TowerFamily,
     by_size,
     current_dtype,
@@ -32,14 +33,7 @@ def _qwen3_omni_vision_config(size: str):
 
     if size == TINY:
         config = Qwen3OmniMoeVisionEncoderConfig(
-            depth=4,
-            hidden_size=64,
-            num_heads=4,
-            intermediate_size=128,
-            out_hidden_size=96,
-            deepstack_visual_indexes=[1, 2],
-            num_position_embeddings=64,
-            patch_size=4,
+            **TINY_DEPTH_VIT, deepstack_visual_indexes=[1, 2], num_position_embeddings=64
         )
     else:  # Qwen3-Omni-30B-A3B
         config = Qwen3OmniMoeVisionEncoderConfig(

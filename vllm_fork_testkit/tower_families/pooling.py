@@ -288,15 +288,7 @@ def _build_minicpmv4_6(host: nn.Module, size: str) -> None:
 
     vision = by_size(
         size,
-        {
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 4,
-            "num_attention_heads": 4,
-            "image_size": 32,
-            "patch_size": 4,
-            "insert_layer_id": 1,
-        },
+        {**TINY_VIT, "num_hidden_layers": 4, "insert_layer_id": 1},
         {},  # transformers' defaults, documented as openbmb/MiniCPM-V-4.6
     )
     config = host.config = MiniCPMV4_6Config(

@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from vllm_fork_testkit.tower_families.core import (
     SO400M_14,
+    TINY_LAYERS,
     TINY_VIT,
     TowerFamily,
     by_size,
@@ -32,40 +33,29 @@ def _internvl_builder(text_hidden: int):
     """InternVLChatModel's tower steps (InternViT-300M-448px), for it and its subclasses."""
 
     def build(host: nn.Module, size: str) -> None:
+        # InternViT's block and embedding options, as InternViT-300M-448px-V2.5 sets them.
+        internvit = {
+            "qk_normalization": False,
+            "norm_type": "layer_norm",
+            "layer_norm_eps": 1e-6,
+            "hidden_act": "gelu",
+            "num_channels": 3,
+            "qkv_bias": True,
+            "drop_path_rate": 0.0,
+            "initializer_factor": 1.0,
+        }
         vision = by_size(
             size,
-            remote_config(
-                hidden_size=64,
-                num_attention_heads=4,
-                intermediate_size=128,
-                num_hidden_layers=3,
-                qk_normalization=False,
-                norm_type="layer_norm",
-                layer_norm_eps=1e-6,
-                hidden_act="gelu",
-                image_size=32,
-                patch_size=4,
-                num_channels=3,
-                qkv_bias=True,
-                drop_path_rate=0.0,
-                initializer_factor=1.0,
-            ),
+            remote_config(**TINY_VIT, **internvit),
             # InternViT-300M-448px-V2.5 (InternVL3-8B).
             remote_config(
                 hidden_size=1024,
                 num_attention_heads=16,
                 intermediate_size=4096,
                 num_hidden_layers=24,
-                qk_normalization=False,
-                norm_type="layer_norm",
-                layer_norm_eps=1e-6,
-                hidden_act="gelu",
                 image_size=448,
                 patch_size=14,
-                num_channels=3,
-                qkv_bias=True,
-                drop_path_rate=0.0,
-                initializer_factor=1.0,
+                **internvit,
             ),
         )
         config = host.config = remote_config(
@@ -136,12 +126,8 @@ def _build_llama4(host: nn.Module, size: str) -> None:
         size,
         # The pixel-shuffle MLP takes 4x hidden: intermediate = 4 * hidden.
         {
-            "hidden_size": 64,
+            **TINY_VIT,
             "intermediate_size": 256,
-            "num_hidden_layers": 3,
-            "num_attention_heads": 4,
-            "image_size": 32,
-            "patch_size": 4,
             "pixel_shuffle_ratio": 0.5,
             "projector_input_dim": 96,
             "projector_output_dim": 96,
@@ -367,13 +353,7 @@ def _build_blip2(host: nn.Module, size: str) -> None:
     from vllm.model_executor.models.blip import BlipVisionModel
     from vllm.model_executor.models.blip2 import Blip2QFormerModel
 
-    tiny_qformer = {
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "intermediate_size": 128,
-        "encoder_hidden_size": 64,
-    }
+    tiny_qformer = {**TINY_LAYERS, "num_hidden_layers": 2, "encoder_hidden_size": 64}
     # transformers' defaults are Salesforce/blip2-opt-2.7b's ViT-g and Q-Former.
     config = host.config = Blip2Config(
         vision_config=by_size(size, TINY_VIT, {}),
@@ -500,14 +480,7 @@ def _build_interns1(host: nn.Module, size: str) -> None:
     # and Qwen3-8B's 4096.
     vision = by_size(
         size,
-        {
-            "hidden_size": 64,
-            "num_hidden_layers": 3,
-            "num_attention_heads": 4,
-            "intermediate_size": 128,
-            "image_size": [32, 32],
-            "patch_size": [4, 4],
-        },
+        {**TINY_LAYERS, "image_size": [32, 32], "patch_size": [4, 4]},
         {},
     )
     config = host.config = InternVLConfig(vision_config=vision, text_config={"hidden_size": by_size(size, 96, 4096)})
