@@ -47,5 +47,11 @@ for case in root.iter("testcase"):
         result = "pass"
     print(f"{name:<100} {result}")
 PY
-echo "proof.sh: pytest exit $rc; log, figures and junit.xml in $out/"
+# Every Qwen3-VL engine of the run grouped by its prompt logprobs (they all ran the same
+# prompts): which engines computed the same bits, whatever the pairs above compared.
+if ls "$out"/engine_qwen3_vl_*.json.gz >/dev/null 2>&1; then
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 -m vllm_fork_testkit.engine_compare "$out"/engine_qwen3_vl_*.json.gz \
+    > "$out/logprob-classes.md" && sed -n '/^Classes/,$p' "$out/logprob-classes.md"
+fi
+echo "proof.sh: pytest exit $rc; log, figures, junit.xml and logprob-classes.md in $out/"
 exit $rc
