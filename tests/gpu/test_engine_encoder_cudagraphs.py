@@ -112,7 +112,8 @@ def test_the_decoder_gets_the_same_inputs(engines, pair):
 
 
 def test_compiled_decoders_are_the_same_kernels(engines):
-    """The compared pair compiled the same kernels and, where it tuned one, chose the same
+    """The compared pair compiled the same kernels and, where a tuned config sets what a
+    kernel computes (a reduction's, not an elementwise kernel's), chose the same
     config: equal logprobs then compare the streamer, not two compiles."""
     resident, streamed = engines["resident"], engines["streamed"]
     skip_uncompiled(resident)

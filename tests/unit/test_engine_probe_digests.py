@@ -3,7 +3,6 @@ CPU: what the GPU engine tests compare between resident and streamed engines."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -107,35 +106,70 @@ def test_the_gpu_tests_name_the_first_differing_row_and_stream():
     assert engine_compare.stored_output_changes(resident) == ["image-a: from row 1"]
 
 
-def test_two_compiles_kernels_and_chosen_configs_are_compared(tmp_path: Path):
-    """compile_caches.compiled_kernels reads an engine's private caches as Inductor leaves them
-    (kernel sources named by a hash of their text, each autotuned kernel's choice in a
-    `.best_config` JSON beside it; Triton's own cache ignored), and kernel_differences says
-    where two compiles part."""
+def kernel_source(kind: str, name: str) -> str:
+    """A generated Triton kernel's file as Inductor writes it (its heads)."""
+    return (
+        "import triton\nfrom torch._inductor.runtime import triton_heuristics\n\n"
+        f"@triton_heuristics.{kind}(size_hints={{'x': 4096, 'r0_': 2048}}, filename=__file__)\n"
+        f"@triton.jit\ndef {name}(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK: tl.constexpr):\n    pass\n"
+    )
 
-    def lay_out(root: Path, warps: int, extra_kernel: bool) -> dict:
+
+def test_two_compiles_kernels_and_chosen_configs_are_compared(tmp_path: Path):
+    """compile_caches.compiled_kernels reads an engine's private caches as Inductor leaves them:
+    generated kernels named by a hash of their text, each tuned kernel's choice where torch's
+    own autotune cache writes it (written here by torch), wrapper modules and Triton's own
+    cache left out. kernel_differences says where two compiles part in what they compute:
+    a persistent reduction's warps, not a pointwise kernel's block size."""
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+    def tuned(kernel: Path, warps: int, **kwargs) -> None:
+        """What Inductor does once it has timed a kernel's configs on the device."""
+        cache = AutotuneCache.create({"autotune_local_cache": True}, str(kernel), configs_hash="h")
+        cache.save(SimpleNamespace(kwargs=kwargs, num_warps=warps, num_stages=1), time_taken_ns=warps * 10**6)
+
+    def lay_out(root: Path, warps: int, xblock: int, extra_kernel: bool) -> dict:
         kernels = root / "vllm" / "torch_compile_cache" / "abc" / "rank_0_0" / "inductor_cache" / "x7"
         kernels.mkdir(parents=True)
-        (kernels / "cx7rmsnorm.py").write_text("# kernel")
-        choice = {"XBLOCK": 1, "R0_BLOCK": 4096, "num_warps": warps, "num_stages": 1, "configs_hash": "h"}
-        (kernels / "k3f9.best_config").write_text(
-            json.dumps({**choice, "time_taken_ms": warps, "triton_cache_hash": str(warps)})
-        )
+        norm = kernels / "cx7rmsnorm.py"
+        norm.write_text(kernel_source("persistent_reduction", "triton_per_fused_rms_norm_0"))
+        tuned(norm, warps, XBLOCK=1)
+        add = kernels / "cx7add.py"
+        add.write_text(kernel_source("pointwise", "triton_poi_fused_add_1"))
+        tuned(add, 4, XBLOCK=xblock)
+        (kernels / "cwrapper.py").write_text(f"# kernel path: {kernels / 'cx7rmsnorm.py'}\ndef call(args): ...\n")
         if extra_kernel:
-            (kernels / "cx7combo.py").write_text("# combo kernel")
+            (kernels / "cx7combo.py").write_text(kernel_source("reduction", "triton_red_fused_combo_2"))
         (root / "triton" / "TKEY").mkdir(parents=True)
         (root / "triton" / "TKEY" / "launcher.py").write_text("# triton's, not a generated kernel")
         return {"compiled_kernels": compiled_kernels(root)}
 
-    first = lay_out(tmp_path / "a", warps=8, extra_kernel=False)
+    first = lay_out(tmp_path / "a", warps=8, xblock=512, extra_kernel=False)
     assert first["compiled_kernels"] == {
-        "sources": ["cx7rmsnorm.py"],
-        "configs": {"k3f9": {"XBLOCK": 1, "R0_BLOCK": 4096, "num_warps": 8, "num_stages": 1, "configs_hash": "h"}},
+        "sources": ["cx7add.py", "cx7rmsnorm.py"],
+        "kinds": {"cx7add.py": "pointwise", "cx7rmsnorm.py": "persistent_reduction"},
+        "configs": {
+            "cx7add.py": {
+                "XBLOCK": 512,
+                "num_warps": 4,
+                "num_stages": 1,
+                "configs_hash": "h",
+                "found_by_coordesc": False,
+            },
+            "cx7rmsnorm.py": {
+                "XBLOCK": 1,
+                "num_warps": 8,
+                "num_stages": 1,
+                "configs_hash": "h",
+                "found_by_coordesc": False,
+            },
+        },
     }
-    same = lay_out(tmp_path / "b", warps=8, extra_kernel=False)
-    assert kernel_differences(first, same) == []  # the time each took is not a choice
-    other = lay_out(tmp_path / "c", warps=16, extra_kernel=True)
+    # Another pointwise block size: faster or slower, the same sums.
+    same = lay_out(tmp_path / "b", warps=8, xblock=1024, extra_kernel=False)
+    assert kernel_differences(first, same) == []
+    other = lay_out(tmp_path / "c", warps=16, xblock=512, extra_kernel=True)
     assert kernel_differences(first, other) == [
         "0 kernel sources only in the first, 1 only in the second",
-        "kernel k3f9 chose another config: {'num_warps': (8, 16)}",
+        "persistent_reduction kernel cx7rmsnorm.py chose another config: {'num_warps': (8, 16)}",
     ]
