@@ -16,9 +16,11 @@
 #   bash benchmarks/gpu/run.sh matrix    # all tower families at full size (one child process
 #                                        # per run of families; a crashed family is a row)
 #   bash benchmarks/gpu/run.sh serve     # vllm serve + openai, mm cache lru and shm per process
-#   bash benchmarks/gpu/run.sh bench     # the engine benchmark (memory, latency, the tower alone), the
-#                                        # resident-budget engine test
-#   bash benchmarks/gpu/run.sh benchgraphs # the engine benchmark, streamed eager vs with encoder CUDA graphs
+#   bash benchmarks/gpu/run.sh bench     # the engine benchmark (memory, latency, the tower alone), resident vs
+#                                        # streamed, eager and with vLLM's defaults (BENCH_MODES)
+#   bash benchmarks/gpu/run.sh budget    # the resident-budget engine test (--offload-towers-resident-gb)
+#   bash benchmarks/gpu/run.sh benchgraphs # the engine benchmark, a streamed engine with vLLM's defaults with and
+#                                        # without encoder CUDA graphs, and a resident one with them
 #                                        # (BENCHGRAPHS_MODES): start-up, KV, first token for 256/2223-token images
 #   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
 #   bash benchmarks/gpu/run.sh intree    # the vLLM-tree tests of the patches alone
@@ -37,7 +39,7 @@
 # The host-time probes of issue 11 (hosttime, probe, issue, streams, depth, contention, ab, decompose,
 # encodeab) answered their questions and were removed: benchmarks/results/gpu-runs.md says where.
 set -uo pipefail
-stages="proof engines compiled intree prefix ablation qwen3 encgraphs reload graph pipeline resident matrix serve bench benchgraphs multi"
+stages="proof engines compiled intree prefix ablation qwen3 encgraphs reload graph pipeline resident matrix serve bench budget benchgraphs multi"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -138,12 +140,18 @@ serve)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_server_offload_towers.py" 2>&1 | tee "$OUT/gpu-server-tests.log" | tail -30
   ;;
 bench)
-  in_repo "timeout 360 python3 benchmarks/engine_offload.py --repeats 5 --out-dir $OUT/engine" 2>&1 | tee "$OUT/engine-offload.log" | tail -40
+  # Resident vs streamed, eager and with vLLM's defaults (what users run): four engines, each
+  # compiling into caches of its own (BENCH_MODES to choose).
+  in_repo "timeout 560 python3 benchmarks/engine_offload.py --repeats 5 --modes ${BENCH_MODES:-resident,streamed,resident+compiled,streamed+compiled} --out-dir $OUT/engine" 2>&1 | tee "$OUT/engine-offload.log" | tail -40
+  ;;
+budget)
   # --offload-towers-resident-gb in the engine (Qwen3-VL, 0.25 GiB kept).
-  in_repo "timeout 200 $pytest_gpu tests/gpu/test_engine_resident_budget.py" 2>&1 | tee "$OUT/gpu-resident-budget-tests.log" | tail -20
+  in_repo "timeout 300 $pytest_gpu tests/gpu/test_engine_resident_budget.py" 2>&1 | tee "$OUT/gpu-resident-budget-tests.log" | tail -20
   ;;
 benchgraphs)
-  in_repo "timeout 560 python3 benchmarks/engine_offload.py --repeats 5 --modes ${BENCHGRAPHS_MODES:-streamed,streamed+graphs} --out-dir $OUT/engine-graphs" 2>&1 | tee "$OUT/engine-offload-graphs.log" | tail -30
+  # Encoder CUDA graphs on a streamed engine against the same engine without them (both
+  # with vLLM's compiled decoder), and a resident engine with them.
+  in_repo "timeout 560 python3 benchmarks/engine_offload.py --repeats 5 --modes ${BENCHGRAPHS_MODES:-streamed+compiled,streamed+graphs,resident+graphs} --out-dir $OUT/engine-graphs" 2>&1 | tee "$OUT/engine-offload-graphs.log" | tail -30
   ;;
 multi)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_engine_multi_gpu.py" 2>&1 | tee "$OUT/gpu-multi-gpu-tests.log" | tail -40
