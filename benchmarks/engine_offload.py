@@ -94,7 +94,7 @@ def probe(checkpoint: Path, mode: str, repeats: int, workdir: Path) -> dict:
     out = workdir / f"{mode}.json"
     env = {**os.environ, **compile_cache_env(workdir / f"caches-{mode}")}
     subprocess.run(probe_command(checkpoint, mode, repeats, out), check=True, env=env)
-    return json.loads(out.read_text())
+    return {**json.loads(out.read_text()), "own_compile_caches": True}
 
 
 def tower_alone(repeats: int, workdir: Path, smoke: bool = False) -> dict:
@@ -249,8 +249,12 @@ def markdown(report: dict) -> str:
         f" made on the spot: full-size 8B vision tower{tower}, 2-layer 4096-wide text model, dummy"
         f" weights. Latency: one request, one new image of {SMALL_TOKENS} or {LATENCY_TOKENS} tokens,"
         f" median of {report['repeats']}. Bare: eager. `+compiled`: vLLM's defaults (the decoder compiled,"
-        " its CUDA graphs). `+graphs`: those and vLLM's encoder CUDA graphs. Each engine compiles into"
-        " caches of its own: start-up is a fresh start's.",
+        " its CUDA graphs). `+graphs`: those and vLLM's encoder CUDA graphs."
+        + (
+            " Each engine compiled into caches of its own: start-up is a fresh start's."
+            if all(r.get("own_compile_caches") for r in report["results"].values())
+            else ""
+        ),
         "",
         "| | weights on GPU | KV cache | tower in host RAM | pinned (caching allocator)"
         f" | RSS after load | start-up | first token ({SMALL_TOKENS}) | first token | 16 tokens |",
