@@ -26,11 +26,14 @@ MiB = 1 << 20
 @pytest.fixture(scope="module", params=["eager", "encoder-cudagraphs"])
 def runs(request, checkpoints) -> dict[str, dict]:
     """Eager, and with encoder CUDA graphs, whose replays copy from the arena's addresses:
-    the reload must keep them."""
+    the reload must keep them. With encoder graphs vLLM compiles the decoder too: both
+    engines compile in Inductor's deterministic mode, so that their outputs compare the
+    streamer, not two compiles' tuning (engine_runs.run_probe)."""
     checkpoint = checkpoints["qwen3_vl"]
-    extra = ("--encoder-cudagraphs",) if request.param == "encoder-cudagraphs" else ()
+    graphs = request.param == "encoder-cudagraphs"
+    extra = ("--encoder-cudagraphs",) if graphs else ()
     results = {
-        mode: run_probe(checkpoint, mode, "--requests", "0", "--reload-tower-weights", *extra)
+        mode: run_probe(checkpoint, mode, "--requests", "0", "--reload-tower-weights", *extra, deterministic=graphs)
         for mode in ("resident", "streamed")
     }
     record(f"engine_qwen3_vl_reload_weights_{request.param}.json", results)
