@@ -50,8 +50,11 @@ def compiled_kernels(caches: Path) -> dict:
     for path in caches.rglob("*.py"):
         if triton & set(path.relative_to(caches).parts):
             continue
-        kind = KERNEL_KIND.search(path.read_text(errors="replace"))
-        if kind is None:
+        text = path.read_text(errors="replace")
+        kind = KERNEL_KIND.search(text)
+        # A graph's wrapper module holds its kernels' sources as strings (`async_compile.triton(
+        # name, source)`) beside `# kernel path:` comments that name this cache's own folder.
+        if kind is None or "async_compile" in text:
             continue
         kinds[path.name] = kind.group(1)
         chosen = best_config_path(path)

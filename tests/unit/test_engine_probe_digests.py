@@ -137,7 +137,14 @@ def test_two_compiles_kernels_and_chosen_configs_are_compared(tmp_path: Path):
         add = kernels / "cx7add.py"
         add.write_text(kernel_source("pointwise", "triton_poi_fused_add_1"))
         tuned(add, 4, XBLOCK=xblock)
-        (kernels / "cwrapper.py").write_text(f"# kernel path: {kernels / 'cx7rmsnorm.py'}\ndef call(args): ...\n")
+        # The graph's wrapper module: its kernels' sources inline, and this cache's path.
+        (kernels / "cwrapper.py").write_text(
+            "async_compile = AsyncCompile()\n"
+            f"# kernel path: {norm}\n"
+            "triton_per_fused_rms_norm_0 = async_compile.triton('triton_per_fused_rms_norm_0', '''\n"
+            + kernel_source("persistent_reduction", "triton_per_fused_rms_norm_0")
+            + "''', device_str='cuda')\ndef call(args): ...\n"
+        )
         if extra_kernel:
             (kernels / "cx7combo.py").write_text(kernel_source("reduction", "triton_red_fused_combo_2"))
         (root / "triton" / "TKEY").mkdir(parents=True)
