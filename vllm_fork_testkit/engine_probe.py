@@ -390,6 +390,18 @@ def honour_vit_attn_backend() -> None:
     qwen3_vl.get_vit_attn_backend = configured_or_sdpa
 
 
+def request_record(out) -> dict:
+    """What the tests compare of one finished request (a vLLM `RequestOutput`): its prompt's
+    length, its greedy tokens, and the logprob of each prompt token (None for the first)."""
+    return {
+        "prompt_tokens": len(out.prompt_token_ids),
+        "tokens": list(out.outputs[0].token_ids),
+        "prompt_logprobs": [
+            None if lp is None else lp[token].logprob for token, lp in zip(out.prompt_token_ids, out.prompt_logprobs)
+        ],
+    }
+
+
 def run(
     checkpoint: str,
     mode: str,
@@ -440,18 +452,7 @@ def run(
     prompts.append({"prompt": "<|im_start|>user\nHello there.<|im_end|>\n<|im_start|>assistant\n"})
 
     def generate_compared() -> list[dict]:
-        outputs = llm.generate(prompts, greedy, use_tqdm=False)
-        return [
-            {
-                "prompt_tokens": len(out.prompt_token_ids),
-                "tokens": list(out.outputs[0].token_ids),
-                "prompt_logprobs": [
-                    None if lp is None else lp[token].logprob
-                    for token, lp in zip(out.prompt_token_ids, out.prompt_logprobs)
-                ],
-            }
-            for out in outputs
-        ]
+        return [request_record(out) for out in llm.generate(prompts, greedy, use_tqdm=False)]
 
     recording = llm.collective_rpc(_start_recording_embeddings)[0]
     llm.collective_rpc(_start_recording_inputs)
@@ -489,16 +490,7 @@ def run(
     for i in range(requests):
         size = GROWTH_SIZES[i % len(GROWTH_SIZES)]
         out = llm.generate([image_prompt([size], seed=100 + i, family=family)], greedy, use_tqdm=False)[0]
-        growth.append(
-            {
-                "prompt_tokens": len(out.prompt_token_ids),
-                "tokens": list(out.outputs[0].token_ids),
-                "prompt_logprobs": [
-                    None if lp is None else lp[token].logprob
-                    for token, lp in zip(out.prompt_token_ids, out.prompt_logprobs)
-                ],
-            }
-        )
+        growth.append(request_record(out))
         allocated.append(llm.collective_rpc(_gpu_allocated)[0])
     if recording:
         embeddings.update(llm.collective_rpc(_recorded_embeddings)[0])

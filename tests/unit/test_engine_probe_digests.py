@@ -180,3 +180,20 @@ def test_two_compiles_kernels_and_chosen_configs_are_compared(tmp_path: Path):
         "0 kernel sources only in the first, 1 only in the second",
         "persistent_reduction kernel cx7rmsnorm.py chose another config: {'num_warps': (8, 16)}",
     ]
+
+
+def test_a_request_is_recorded_as_its_prompt_tokens_logprobs_and_greedy_tokens():
+    """engine_probe.request_record on a finished request shaped as vLLM's `RequestOutput`:
+    prompt logprobs map each position's candidates to `Logprob`s; the prompt's own token's
+    is kept, the first position has none."""
+    logprob = lambda value: SimpleNamespace(logprob=value)  # noqa: E731
+    out = SimpleNamespace(
+        prompt_token_ids=[5, 7, 9],
+        prompt_logprobs=[None, {7: logprob(-0.5), 3: logprob(-0.1)}, {9: logprob(-2.0)}],
+        outputs=[SimpleNamespace(token_ids=(11, 12))],
+    )
+    assert engine_probe.request_record(out) == {
+        "prompt_tokens": 3,
+        "tokens": [11, 12],
+        "prompt_logprobs": [None, -0.5, -2.0],
+    }
