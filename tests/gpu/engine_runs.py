@@ -93,8 +93,8 @@ def run_probe(
 
 def assert_same_compiled_kernels(resident: dict, streamed: dict) -> None:
     """Both engines compiled deterministically, generated the same kernels and, where a
-    tuned config sets what a kernel computes (a reduction's), chose the same one: equal logprobs then compare the streamer, not two
-    compiles."""
+    tuned config sets what a kernel computes (a reduction's), chose the same one: equal
+    logprobs then compare the streamer, not two compiles."""
     assert resident["inductor_deterministic"] and streamed["inductor_deterministic"]
     assert resident["compiled_kernels"]["sources"], "the decoder compiled no kernels into its own cache"
     differ = kernel_differences(resident, streamed)
