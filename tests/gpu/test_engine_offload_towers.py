@@ -60,9 +60,9 @@ def test_same_tokens_and_prompt_logprobs(engines):
 
 
 def test_compiled_decoders_are_the_same_kernels(engines):
-    """With a compiled decoder: both engines generated the same kernels and, where a
-    tuned config sets what a kernel computes (a reduction's), chose the same one; so equal logprobs compare the streamer, not two
-    compiles (deterministic mode, checked in the engine)."""
+    """With a compiled decoder: both engines generated the same kernels and, where a tuned
+    config sets what a kernel computes (a reduction's), chose the same one; so equal logprobs
+    compare the streamer, not two compiles (deterministic mode, checked in the engine)."""
     resident, streamed = engines["resident"], engines["streamed"]
     if not resident["cudagraphs"] or resident["standins"]:
         pytest.skip("nothing compiled: eager, or the stand-ins (mode 0)")
