@@ -14,9 +14,10 @@ towers (built as vLLM builds them, random bf16 weights), this captures the tower
 the encoder metadata vLLM's graph path passes (`prepare_encoder_metadata`), resident and
 streamed (vLLM's `PrefetchOffloader(offload_towers=True)`, lookahead 1, 2 and 3), and times
 their replays interleaved (CUDA events; medians), with the H2D floor of the same run. The
-ViT attention is vLLM's Triton backend (`--vit-attention TRITON_ATTN`, the default), which
-reads `cu_seqlens` on the device as FlashAttention does (the lent H200 has no
-FlashAttention). With `--vit-attention TORCH_SDPA` only single images run, one sequence
+ViT attention is, unless `--vit-attention` says otherwise, vLLM's own choice with its real
+kernels on a GPU (FlashAttention on Hopper, what users run), and on the stand-ins (which
+have no FlashAttention) and the CPU vLLM's Triton backend, which reads `cu_seqlens` on the
+device as FlashAttention does. With `--vit-attention TORCH_SDPA` only single images run, one sequence
 with `cu_seqlens` None (SDPA's host split sizes are refused in a capture: the cu_seqlens patch).
 Per case: resident and streamed replay times, streamed / max(resident, floor), and
 whether the streamed replays equal the resident replay and the eager resident encode bit
@@ -576,8 +577,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--vit-attention",
         choices=tp.VIT_ATTENTION,
-        default="TRITON_ATTN",
-        help="the ViT attention backend (TORCH_SDPA: single images only)",
+        help="the ViT attention backend (default: vLLM's own choice with its real kernels on a GPU, "
+        "TRITON_ATTN on the stand-ins and the CPU; TORCH_SDPA: single images only)",
     )
     parser.add_argument("--cases", help="comma-separated case names (default: every case)")
     parser.add_argument(
@@ -593,7 +594,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--target-ms", type=float, default=400.0)
     parser.add_argument("--copy-iters", type=int, default=20)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.vit_attention = args.vit_attention or tp.default_vit_attention("TRITON_ATTN")
+    return args
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> str:

@@ -64,7 +64,7 @@ from vllm_fork.core.fs import write_atomic
 from vllm_fork_testkit import encode_bench as eb
 from vllm_fork_testkit import tower_families as tf
 from vllm_fork_testkit import trace_gaps
-from vllm_fork_testkit.kernels import kernels_sentence
+from vllm_fork_testkit.kernels import kernels_sentence, uses_standins
 from vllm_fork_testkit.vlm_checkpoint import VISION as QWEN3_VL_8B_VISION
 from vllm_fork_testkit.vlm_checkpoint import VISION_QWEN3_2B as QWEN3_VL_2B_VISION
 
@@ -250,6 +250,13 @@ def build_tower(setup: Setup, tower: str, seed: int | None = 0) -> torch.nn.Modu
         tf.use_plain_cpu_linear(module)
     use_vit_attention(module, setup.vit_attention)
     return module
+
+
+def default_vit_attention(fallback: str) -> str:
+    """The ViT attention a run uses unless told: vLLM's own choice ("default", FlashAttention
+    on Hopper), what users run, on a GPU with vLLM's real kernels; `fallback` on the stand-ins
+    (which have no FlashAttention) and on the CPU."""
+    return "default" if torch.cuda.is_available() and not uses_standins() else fallback
 
 
 def use_vit_attention(module: torch.nn.Module, backend: str) -> None:
@@ -788,8 +795,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--vit-attention",
         choices=VIT_ATTENTION,
-        default="TORCH_SDPA",
-        help="the ViT attention backend (TRITON_ATTN: cu_seqlens on the device, no host sync per layer)",
+        help="the ViT attention backend (default: vLLM's own choice with its real kernels on a GPU, "
+        "TORCH_SDPA on the stand-ins and the CPU; TRITON_ATTN: cu_seqlens on the device, no host sync per layer)",
     )
     add_compute_stream_option(parser)
     parser.add_argument(
@@ -817,6 +824,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 f"--profile: TOWER:CASE:LOOKAHEAD (towers {','.join(TOWERS)}; cases {','.join(sorted(names))})"
             )
         args.profile_at = (parts[0], parts[1], int(parts[2]))
+    args.vit_attention = args.vit_attention or default_vit_attention("TORCH_SDPA")
     return args
 
 
