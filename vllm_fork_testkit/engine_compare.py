@@ -162,10 +162,30 @@ def report(engines: dict[str, dict]) -> str:
     for a in names:
         counts = [count_differing_logprobs(engines[a], engines[b], parts) for b in names]
         lines.append(f"| {a} | " + " | ".join(str(n) for n in counts) + " |")
+    classes = logprob_classes(engines)
     lines += ["", "Classes (equal float for float within each):", ""]
-    for members in logprob_classes(engines):
+    for members in classes:
         lines.append("- " + "; ".join(f"{name} ({describe(engines[name])})" for name in members))
+    if len(classes) > 1:
+        lines += ["", f"Where each class differs from the first ({classes[0][0]}'s), per request:", ""]
+        for members in classes[1:]:
+            where = positions_apart(engines[classes[0][0]], engines[members[0]], parts)
+            lines.append(f"- {members[0]}: " + ("; ".join(where) or "nowhere"))
     return "\n".join(lines)
+
+
+def positions_apart(a: dict, b: dict, parts: list[str], listed: int = 8) -> list[str]:
+    """Per request of the named batches, the prompt positions whose logprobs differ: how many,
+    and the positions themselves (up to `listed`, else the first)."""
+    found = []
+    for part in parts:
+        for i, (x, y) in enumerate(zip(a[part], b[part])):
+            positions = differing_positions(x, y)
+            if not positions:
+                continue
+            shown = ", ".join(map(str, positions)) if len(positions) <= listed else f"from {positions[0]}"
+            found.append(f"{part} {i}: {len(positions)} of {len(x['prompt_logprobs'])} ({shown})")
+    return found
 
 
 def load_runs(paths: list[Path]) -> dict[str, dict]:

@@ -50,6 +50,12 @@ def test_engines_are_grouped_by_their_prompt_logprobs():
     assert "| resident | 0 | 0 | 1 | 2 | 2 |" in table
     assert "- resident (resident, compiled, started in 55.4 s); streamed (streamed, compiled)" in table
     assert "streamed_graphs (streamed, compiled, encoder graphs)" in table
+    # Where each class parts from the first: per request, how many positions and which.
+    assert "- resident_again: compared 0: 1 of 4 (2)" in table
+    assert "- streamed_graphs: compared 0: 2 of 4 (2, 3)" in table
+    assert engine_compare.positions_apart(engines["resident"], engines["resident_graphs"], ["compared"], listed=1) == [
+        "compared 0: 2 of 4 (from 2)"
+    ]
 
 
 def test_only_batches_every_engine_ran_with_the_same_prompts_are_compared():
