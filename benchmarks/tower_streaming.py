@@ -11,8 +11,12 @@ tower (depth 27, hidden 1152, 16 heads, MLP 4304, deepstack [8, 16, 24];
 - uva: `--cpu-offload-gb` (the UVA offloader; kernels read the weights from
   pinned host memory over PCIe).
 
-It also measures the pinned host-to-device copy of the tower's bytes: the
-floor under which streaming cannot go. Results go to a JSON file and a
+Resident and streamed are built side by side and their timed encodes interleaved (each
+once per round, the order reversed every other round), so that the machine's drift falls
+on both alike: with vLLM's real kernels a plain median of one mode's encodes, then the
+other's, moved by 2x from one round to the next. UVA is timed alone after them. It also
+measures the pinned host-to-device copy of the tower's bytes: the floor under which
+streaming cannot go. Results go to a JSON file and a
 Markdown table next to it, with the command that produced them.
 
     python3 benchmarks/tower_streaming.py --out benchmarks/results/tower_streaming.json
@@ -43,6 +47,7 @@ from typing import Any
 import torch
 
 from vllm_fork.core.fs import write_atomic
+from vllm_fork_testkit import encode_bench as eb
 from vllm_fork_testkit.kernels import uses_standins
 
 # The GPU tests' helpers: the Qwen3-VL-8B vision config, building and seeding as vLLM's loader does.
@@ -139,25 +144,30 @@ def image(setup: Setup) -> torch.Tensor:
     return x.to(setup.dtype)
 
 
+def time_interleaved_ms(
+    fns: dict[str, Callable[[], object]], warmup: int, iters: int, setup: Setup
+) -> dict[str, list[float] | None]:
+    """CUDA-event times of `iters` runs of each function after `warmup` runs of each, the timed
+    runs interleaved (each once per round, the order reversed every other round:
+    `encode_bench.interleaved`), so that the machine's drift between rounds (clocks, a busy
+    host) falls on all of them alike and their ratio is fair. On the CPU (smoke) the runs,
+    untimed."""
+    for fn in fns.values():
+        for _ in range(warmup + (iters if setup.smoke else 0)):
+            fn()
+    if setup.smoke:
+        return dict.fromkeys(fns)
+    torch.cuda.synchronize()
+    times: dict[str, list[float] | None] = {name: [] for name in fns}
+    for name in eb.interleaved(list(fns), iters):
+        ms, _ = eb.run_once_ms(fns[name], setup.device)
+        times[name].append(ms)
+    return times
+
+
 def time_ms(fn: Callable[[], object], warmup: int, iters: int, setup: Setup) -> list[float] | None:
     """CUDA-event times of `iters` runs after `warmup`; on the CPU (smoke) the runs, untimed."""
-    if setup.smoke:
-        for _ in range(warmup + iters):
-            fn()
-        return None
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return times
+    return time_interleaved_ms({"one": fn}, warmup, iters, setup)["one"]
 
 
 def param_bytes_on_device(module: torch.nn.Module, device: torch.device, offloader: object = None) -> int:
@@ -207,17 +217,27 @@ class Memory:
         return nbytes / MiB if self.cuda else None
 
 
-def measure(
-    mode: str,
+@dataclass
+class Mode:
+    """One way of holding the tower, built and encoded, kept for its timed encodes."""
+
+    name: str
+    result: dict
+    run: Callable[[], torch.Tensor] | None
+    keep: object  # the offloader, if any
+    output: torch.Tensor | None  # its first encode's output, where it is the reference
+
+
+def build_mode(
+    name: str,
     prepare: Callable[[torch.nn.Module], object],
     x: torch.Tensor,
     reference: torch.Tensor | None,
-    args: argparse.Namespace,
     setup: Setup,
-) -> tuple[dict, torch.Tensor]:
-    """Build a tower, apply `prepare` (the offloading), time its encodes."""
+) -> Mode:
+    """Build a tower, apply `prepare` (the offloading), encode: its memory between encodes and
+    at its peak, and whether its output is the reference's bit for bit."""
     memory = Memory(setup)
-    grid = setup.grid
     # vLLM modules hold reference cycles (bound methods): collect the last
     # mode's tower now, not in the middle of this one's measurement.
     gc.collect()
@@ -228,44 +248,55 @@ def measure(
 
     def run() -> torch.Tensor:
         with torch.inference_mode():
-            return tower(x, grid)
+            return tower(x, setup.grid)
 
     out = run()
     memory.sync()
     identical = None if reference is None else bool(torch.equal(out, reference))
     if reference is not None:
         out = None
-    # The resident run's output is kept as the reference: not tower memory.
+    # The reference output is kept: not tower memory.
     held = 0 if out is None else out.numel() * out.element_size()
-    times = time_ms(run, args.warmup, args.iters, setup)
+    run()  # a second encode: what stays between encodes (a streamer's ring, its learned order)
     memory.sync()
     between = memory.allocated() - baseline - held
     memory.reset_peak()
     before = memory.allocated()
-    again = run()
+    run()
     memory.sync()
-    peak = memory.peak() - baseline - held
-    peak_over_between = memory.peak() - before
     result = {
-        "mode": mode,
-        "median_ms": statistics.median(times) if times else None,
-        "min_ms": min(times) if times else None,
-        "max_ms": max(times) if times else None,
-        "times_ms": [round(t, 3) for t in times] if times else None,
+        "mode": name,
         "param_bytes_on_gpu_between_encodes": param_bytes_on_device(tower, setup.device, keep),
         "gpu_allocated_between_encodes_mib": memory.mib(between),
-        "gpu_peak_during_encode_mib": memory.mib(peak),
-        "encode_extra_over_between_mib": memory.mib(peak_over_between),
+        "gpu_peak_during_encode_mib": memory.mib(memory.peak() - baseline - held),
+        "encode_extra_over_between_mib": memory.mib(memory.peak() - before),
         "bit_identical_to_resident": identical,
-        # Every encode, the timed ones too, against the first (or the resident reference).
-        "repeatable": bool(torch.equal(again, out if reference is None else reference)),
     }
-    del keep, again  # the offloader
-    tower = None  # free the tower before the next mode (the closure holds it)
-    memory.sync()
+    return Mode(name, result, run, keep, out)
+
+
+def finish_mode(mode: Mode, times: list[float] | None, reference: torch.Tensor) -> None:
+    """Its timings, and one more encode against the reference: every encode, the timed ones
+    too, gives the same bits."""
+    mode.result.update(
+        {
+            "median_ms": statistics.median(times) if times else None,
+            "min_ms": min(times) if times else None,
+            "max_ms": max(times) if times else None,
+            "times_ms": [round(t, 3) for t in times] if times else None,
+            "repeatable": bool(torch.equal(mode.run(), reference)),
+        }
+    )
+
+
+def release(*modes: Mode) -> None:
+    """Free the modes' towers (each `run` closure holds one) and offloaders."""
+    for mode in modes:
+        mode.run = mode.keep = None
     gc.collect()
-    memory.empty_cache()
-    return result, out
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 def h2d_floor(tower_bytes: int, args: argparse.Namespace) -> dict:
@@ -331,14 +362,23 @@ def run_all(args: argparse.Namespace, setup: Setup) -> None:
         offloader.wrap_tower(tower, prefix="visual")
         return offloader
 
-    results: dict = {}
-    res, reference = measure("resident", resident, x, None, args, setup)
-    results["resident"] = res
-    results["streamed"], _ = measure("streamed", streamed, x, reference, args, setup)
+    # Resident and streamed both built, their timed encodes interleaved: the ratio the
+    # streamer is judged by. UVA, an order of magnitude slower, alone after them.
+    held = build_mode("resident", resident, x, None, setup)
+    reference = held.output
+    pair = (held, build_mode("streamed", streamed, x, reference, setup))
+    times = time_interleaved_ms({m.name: m.run for m in pair}, args.warmup, args.iters, setup)
+    for mode in pair:
+        finish_mode(mode, times[mode.name], reference)
+    results: dict = {mode.name: mode.result for mode in pair}
+    release(*pair)
     if setup.smoke:  # UVA views of pinned host memory are device tensors: CUDA only
         results["uva"] = {"mode": "uva", "skipped": NEEDS_CUDA}
     else:
-        results["uva"], _ = measure("uva", uva, x, reference, args, setup)
+        alone = build_mode("uva", uva, x, reference, setup)
+        finish_mode(alone, time_ms(alone.run, args.warmup, args.iters, setup), reference)
+        results["uva"] = alone.result
+        release(alone)
     probe = build_tower(setup)
     tower_bytes = sum(p.numel() * p.element_size() for p in probe.parameters())
     offloader = streamed(probe)
@@ -398,6 +438,8 @@ def run_all(args: argparse.Namespace, setup: Setup) -> None:
         },
         "image": {"grid_thw": setup.grid[0], "tokens": setup.grid[0][1] * setup.grid[0][2] // 4},
         "iters": args.iters,
+        # Whose timed encodes alternated (encode_bench.interleaved).
+        "interleaved": ["resident", "streamed"],
         "results": results,
         "summary": summary,
     }
@@ -429,7 +471,12 @@ def render_markdown(report: dict) -> str:
         median = "one encode of each (not timed)."
     else:
         where = f"{report['gpu']}, torch {report['torch']}, {report['when']}"
-        median = f"median of {report['iters']} encodes."
+        median = f"median of {report['iters']} encodes" + (
+            f", {' and '.join(report['interleaved'])} interleaved (each once per round, the order reversed every"
+            " other round)."
+            if report.get("interleaved")
+            else "."
+        )
     lines = [
         "# Vision tower encode: resident vs streamed vs UVA",
         "",
