@@ -14,7 +14,7 @@ tower (depth 27, hidden 1152, 16 heads, MLP 4304, deepstack [8, 16, 24];
 Resident and streamed are built side by side and their timed encodes interleaved (each
 once per round, the order reversed every other round), so that the machine's drift falls
 on both alike: with vLLM's real kernels a plain median of one mode's encodes, then the
-other's, moved by 2x from one round to the next. UVA is timed alone after them. It also
+other's, was too noisy to judge. UVA is timed alone after them. It also
 measures the pinned host-to-device copy of the tower's bytes: the floor under which
 streaming cannot go. Results go to a JSON file and a
 Markdown table next to it, with the command that produced them.
