@@ -190,13 +190,15 @@ def positions_apart(a: dict, b: dict, parts: list[str], listed: int = 8) -> list
 
 def load_runs(paths: list[Path]) -> dict[str, dict]:
     """Engines from recorded runs, each named `<run's number>.<engine>` (numbered from 1 in
-    the order given)."""
+    the order given). What a run records beside its engines (a multi-GPU run's `layout`) is
+    not an engine: only entries with a `mode` are."""
     engines = {}
     for number, path in enumerate(paths, start=1):
         raw = path.read_bytes()
         run = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
         for name, engine in run.items():
-            engines[f"{number}.{name}"] = engine
+            if isinstance(engine, dict) and "mode" in engine:
+                engines[f"{number}.{name}"] = engine
     return engines
 
 

@@ -72,9 +72,11 @@ def test_the_command_reads_recorded_runs_gzipped_or_not(tmp_path, capsys):
     first = tmp_path / "engine_a.json.gz"
     first.write_bytes(gzip.compress(json.dumps({"resident": engine("resident", BASE)}).encode()))
     second = tmp_path / "engine_b.json"
-    second.write_text(json.dumps({"streamed": engine("streamed", ONE)}))
+    # A multi-GPU run records its layout beside its engines: not an engine.
+    second.write_text(json.dumps({"streamed": engine("streamed", ONE), "layout": {"name": "tp2", "tp": 2}}))
     assert engine_compare.main([str(first), str(second)]) == 0
     out = capsys.readouterr().out
     assert f"run 1: {first}" in out and "| 1.resident | 0 | 1 |" in out
+    assert "2.layout" not in out and "ran alike (compared)" in out
     assert engine_compare.main([str(tmp_path / "missing.json")]) == 2
     assert "no such file" in capsys.readouterr().err
