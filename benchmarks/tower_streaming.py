@@ -147,22 +147,13 @@ def image(setup: Setup) -> torch.Tensor:
 def time_interleaved_ms(
     fns: dict[str, Callable[[], object]], warmup: int, iters: int, setup: Setup
 ) -> dict[str, list[float] | None]:
-    """CUDA-event times of `iters` runs of each function after `warmup` runs of each, the timed
-    runs interleaved (each once per round, the order reversed every other round:
-    `encode_bench.interleaved`), so that the machine's drift between rounds (clocks, a busy
-    host) falls on all of them alike and their ratio is fair. On the CPU (smoke) the runs,
-    untimed."""
-    for fn in fns.values():
-        for _ in range(warmup + (iters if setup.smoke else 0)):
-            fn()
-    if setup.smoke:
-        return dict.fromkeys(fns)
-    torch.cuda.synchronize()
-    times: dict[str, list[float] | None] = {name: [] for name in fns}
-    for name in eb.interleaved(list(fns), iters):
-        ms, _ = eb.run_once_ms(fns[name], setup.device)
-        times[name].append(ms)
-    return times
+    """Times of `iters` runs of each function after warming each up, the timed runs
+    interleaved (`encode_bench.time_interleaved`: each once per round, the order reversed
+    every other round), so that the machine's drift between rounds (clocks, a busy host)
+    falls on all of them alike and their ratio is fair. On the CPU (smoke) the runs, untimed."""
+    fixed = eb.Repeats(warmup=warmup, target_ms=0.0, min_iters=iters, max_iters=iters)
+    timed = eb.time_interleaved(fns, setup.device, fixed)
+    return {name: None if setup.smoke else timing.times_ms for name, (timing, _, _) in timed.items()}
 
 
 def time_ms(fn: Callable[[], object], warmup: int, iters: int, setup: Setup) -> list[float] | None:
@@ -289,14 +280,14 @@ def finish_mode(mode: Mode, times: list[float] | None, reference: torch.Tensor) 
     )
 
 
-def release(*modes: Mode) -> None:
+def release(setup: Setup, *modes: Mode) -> None:
     """Free the modes' towers (each `run` closure holds one) and offloaders."""
     for mode in modes:
         mode.run = mode.keep = None
+    memory = Memory(setup)
+    memory.sync()
     gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+    memory.empty_cache()
 
 
 def h2d_floor(tower_bytes: int, args: argparse.Namespace) -> dict:
@@ -371,14 +362,14 @@ def run_all(args: argparse.Namespace, setup: Setup) -> None:
     for mode in pair:
         finish_mode(mode, times[mode.name], reference)
     results: dict = {mode.name: mode.result for mode in pair}
-    release(*pair)
+    release(setup, *pair)
     if setup.smoke:  # UVA views of pinned host memory are device tensors: CUDA only
         results["uva"] = {"mode": "uva", "skipped": NEEDS_CUDA}
     else:
         alone = build_mode("uva", uva, x, reference, setup)
         finish_mode(alone, time_ms(alone.run, args.warmup, args.iters, setup), reference)
         results["uva"] = alone.result
-        release(alone)
+        release(setup, alone)
     probe = build_tower(setup)
     tower_bytes = sum(p.numel() * p.element_size() for p in probe.parameters())
     offloader = streamed(probe)
