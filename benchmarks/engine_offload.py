@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 from vllm_fork.core.fs import write_atomic
+from vllm_fork_testkit import engine_probe
 from vllm_fork_testkit.compile_caches import compile_cache_env
 from vllm_fork_testkit.kernels import kernels_sentence
 
@@ -68,23 +69,15 @@ SMALL_TOKENS = 256  # and a small one, where an encode is bound by the host's ti
 def probe_command(checkpoint: Path, mode: str, repeats: int, out: Path) -> list[str]:
     """The engine probe's command line for one mode (one engine per process)."""
     probe_mode, flags = PROBE_MODES[mode]
-    return [
-        sys.executable,
-        "-m",
-        "vllm_fork_testkit.engine_probe",
-        str(checkpoint),
-        "--mode",
-        probe_mode,
-        *flags,
+    options = [
         "--requests",
         "0",
         "--latency-repeats",
         str(repeats),
         "--latency-tokens",
         f"{SMALL_TOKENS},{LATENCY_TOKENS}",
-        "--out",
-        str(out),
     ]
+    return engine_probe.command(checkpoint, probe_mode, out, *flags, *options)
 
 
 def probe(checkpoint: Path, mode: str, repeats: int, workdir: Path) -> dict:

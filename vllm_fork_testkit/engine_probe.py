@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import resource
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -542,6 +543,22 @@ def run(
         "gpu_allocated_after_requests": allocated,
         "latency": latency,
     }
+
+
+def command(checkpoint: Path, mode: str, out: Path, *options: str) -> list[str]:
+    """The command line that runs one engine in a process of its own and writes what it
+    measured to `out` (the GPU tests and the engine benchmark run each engine so)."""
+    return [
+        sys.executable,
+        "-m",
+        "vllm_fork_testkit.engine_probe",
+        str(checkpoint),
+        "--mode",
+        mode,
+        *options,
+        "--out",
+        str(out),
+    ]
 
 
 def main() -> None:

@@ -7,12 +7,12 @@ import gzip
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from vllm_fork_testkit import engine_probe
 from vllm_fork_testkit.compile_caches import compile_cache_env, compiled_kernels, kernel_differences
 from vllm_fork_testkit.engine_compare import embedding_differences, logprob_differences
 
@@ -65,17 +65,7 @@ def run_probe(
     if deterministic:
         env["TORCHINDUCTOR_DETERMINISTIC"] = "1"
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "vllm_fork_testkit.engine_probe",
-            str(checkpoint),
-            "--mode",
-            mode,
-            "--out",
-            str(out),
-            *extra,
-        ],
+        engine_probe.command(checkpoint, mode, out, *extra),
         env=env,
         capture_output=True,
         text=True,
