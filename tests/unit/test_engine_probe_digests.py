@@ -3,13 +3,11 @@ CPU: what the GPU engine tests compare between resident and streamed engines."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
 from vllm_fork_testkit import engine_compare, engine_probe
-from vllm_fork_testkit.compile_caches import compiled_kernels, kernel_differences
 
 
 class Decoder(torch.nn.Module):
@@ -104,82 +102,6 @@ def test_the_gpu_tests_name_the_first_differing_row_and_stream():
     ]
     assert engine_compare.input_differences(resident, resident) == []
     assert engine_compare.stored_output_changes(resident) == ["image-a: from row 1"]
-
-
-def kernel_source(kind: str, name: str) -> str:
-    """A generated Triton kernel's file as Inductor writes it (its heads)."""
-    return (
-        "import triton\nfrom torch._inductor.runtime import triton_heuristics\n\n"
-        f"@triton_heuristics.{kind}(size_hints={{'x': 4096, 'r0_': 2048}}, filename=__file__)\n"
-        f"@triton.jit\ndef {name}(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK: tl.constexpr):\n    pass\n"
-    )
-
-
-def test_two_compiles_kernels_and_chosen_configs_are_compared(tmp_path: Path):
-    """compile_caches.compiled_kernels reads an engine's private caches as Inductor leaves them:
-    generated kernels named by a hash of their text, each tuned kernel's choice where torch's
-    own autotune cache writes it (written here by torch), wrapper modules and Triton's own
-    cache left out. kernel_differences says where two compiles part in what they compute:
-    a persistent reduction's warps, not a pointwise kernel's block size."""
-    from torch._inductor.runtime.autotune_cache import AutotuneCache
-
-    def tuned(kernel: Path, warps: int, **kwargs) -> None:
-        """What Inductor does once it has timed a kernel's configs on the device."""
-        cache = AutotuneCache.create({"autotune_local_cache": True}, str(kernel), configs_hash="h")
-        cache.save(SimpleNamespace(kwargs=kwargs, num_warps=warps, num_stages=1), time_taken_ns=warps * 10**6)
-
-    def lay_out(root: Path, warps: int, xblock: int, extra_kernel: bool) -> dict:
-        kernels = root / "vllm" / "torch_compile_cache" / "abc" / "rank_0_0" / "inductor_cache" / "x7"
-        kernels.mkdir(parents=True)
-        norm = kernels / "cx7rmsnorm.py"
-        norm.write_text(kernel_source("persistent_reduction", "triton_per_fused_rms_norm_0"))
-        tuned(norm, warps, XBLOCK=1)
-        add = kernels / "cx7add.py"
-        add.write_text(kernel_source("pointwise", "triton_poi_fused_add_1"))
-        tuned(add, 4, XBLOCK=xblock)
-        # The graph's wrapper module: its kernels' sources inline, and this cache's path.
-        (kernels / "cwrapper.py").write_text(
-            "async_compile = AsyncCompile()\n"
-            f"# kernel path: {norm}\n"
-            "triton_per_fused_rms_norm_0 = async_compile.triton('triton_per_fused_rms_norm_0', '''\n"
-            + kernel_source("persistent_reduction", "triton_per_fused_rms_norm_0")
-            + "''', device_str='cuda')\ndef call(args): ...\n"
-        )
-        if extra_kernel:
-            (kernels / "cx7combo.py").write_text(kernel_source("reduction", "triton_red_fused_combo_2"))
-        (root / "triton" / "TKEY").mkdir(parents=True)
-        (root / "triton" / "TKEY" / "launcher.py").write_text("# triton's, not a generated kernel")
-        return {"compiled_kernels": compiled_kernels(root)}
-
-    first = lay_out(tmp_path / "a", warps=8, xblock=512, extra_kernel=False)
-    assert first["compiled_kernels"] == {
-        "sources": ["cx7add.py", "cx7rmsnorm.py"],
-        "kinds": {"cx7add.py": "pointwise", "cx7rmsnorm.py": "persistent_reduction"},
-        "configs": {
-            "cx7add.py": {
-                "XBLOCK": 512,
-                "num_warps": 4,
-                "num_stages": 1,
-                "configs_hash": "h",
-                "found_by_coordesc": False,
-            },
-            "cx7rmsnorm.py": {
-                "XBLOCK": 1,
-                "num_warps": 8,
-                "num_stages": 1,
-                "configs_hash": "h",
-                "found_by_coordesc": False,
-            },
-        },
-    }
-    # Another pointwise block size: faster or slower, the same sums.
-    same = lay_out(tmp_path / "b", warps=8, xblock=1024, extra_kernel=False)
-    assert kernel_differences(first, same) == []
-    other = lay_out(tmp_path / "c", warps=16, xblock=512, extra_kernel=True)
-    assert kernel_differences(first, other) == [
-        "0 kernel sources only in the first, 1 only in the second",
-        "persistent_reduction kernel cx7rmsnorm.py chose another config: {'num_warps': (8, 16)}",
-    ]
 
 
 def test_a_request_is_recorded_as_its_prompt_tokens_logprobs_and_greedy_tokens():
