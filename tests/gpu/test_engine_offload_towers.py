@@ -40,9 +40,12 @@ def engines(request, checkpoints) -> dict[str, dict]:
     family, graphs = request.param
     compiled = graphs == "cudagraphs"
     extra = ("--cudagraphs",) if compiled else ()
-    results = {
-        mode: run_probe(checkpoints[family], mode, *extra, deterministic=compiled) for mode in ("resident", "streamed")
-    }
+    name = f"engine_{family}_{graphs}.json"
+    results = {}
+    for mode in ("resident", "streamed"):
+        results[mode] = run_probe(checkpoints[family], mode, *extra, deterministic=compiled)
+        # After each engine: a call cut at its time limit still returns the engines it ran.
+        record(name, results)
     if compiled:
         # Streamed again, in the resident engine's compile caches (patch 12: the towers'
         # options are not in vLLM's compile cache key).
@@ -50,7 +53,7 @@ def engines(request, checkpoints) -> dict[str, dict]:
         results["streamed_in_resident_caches"] = run_probe(
             checkpoints[family], "streamed", *extra, deterministic=True, caches=caches
         )
-    record(f"engine_{family}_{graphs}.json", results)
+    record(name, results)
     return results
 
 
