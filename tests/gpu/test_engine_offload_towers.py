@@ -53,7 +53,7 @@ def engines(request, checkpoints) -> dict[str, dict]:
         results["streamed_in_resident_caches"] = run_probe(
             checkpoints[family], "streamed", *extra, deterministic=True, caches=caches
         )
-    record(name, results)
+        record(name, results)
     return results
 
 
