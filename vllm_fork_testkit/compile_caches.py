@@ -26,6 +26,11 @@ KERNEL_KIND = re.compile(r"@triton_heuristics\.(\w+)\(")
 #: it computes: elementwise work, no sum whose order a config sets. Reductions, persistent
 #: reductions, scans and templates (matmuls) sum in an order their config sets.
 NUMERICS_NEUTRAL_KINDS = frozenset({"pointwise", "foreach"})
+#: The mode a kernel was generated in, as Inductor writes it into the kernel's
+#: `inductor_meta`: deterministic mode forbids timing a reduction's configs on the device.
+GENERATED_DETERMINISTIC = re.compile(r"'deterministic': (True|False)")
+#: vLLM's log line naming the compile cache directory an engine's graph used.
+CACHE_DIRECTORY_LINE = re.compile(r"Using cache directory: (\S+) for vLLM's torch.compile")
 
 
 def best_config_path(kernel: Path) -> Path | None:
@@ -43,10 +48,12 @@ def compiled_kernels(caches: Path) -> dict:
     names each file by a hash of its text; the graphs' wrapper modules, which name the cache's
     own path, left out), each kernel's kind (pointwise, reduction, persistent_reduction, ...)
     and, per kernel Inductor tuned on the device, the config it chose (kernel arguments,
-    warps and stages; the time it took dropped)."""
+    warps and stages; the time it took dropped); per kernel, whether it was generated in
+    Inductor's deterministic mode (None where its source does not say)."""
     triton = {"triton", "triton_cache"}  # Triton's own cache: launchers, not generated kernels
     kinds: dict[str, str] = {}
     configs: dict[str, dict] = {}
+    deterministic: dict[str, bool | None] = {}
     for path in caches.rglob("*.py"):
         if triton & set(path.relative_to(caches).parts):
             continue
@@ -57,6 +64,8 @@ def compiled_kernels(caches: Path) -> dict:
         if kind is None or "async_compile" in text:
             continue
         kinds[path.name] = kind.group(1)
+        mode = GENERATED_DETERMINISTIC.search(text)
+        deterministic[path.name] = None if mode is None else mode.group(1) == "True"
         chosen = best_config_path(path)
         if chosen is not None and chosen.is_file():
             configs[path.name] = {
@@ -64,7 +73,51 @@ def compiled_kernels(caches: Path) -> dict:
                 for k, v in json.loads(chosen.read_text()).items()
                 if k not in ("time_taken_ms", "triton_cache_hash")
             }
-    return {"sources": sorted(kinds), "kinds": kinds, "configs": configs}
+    return {"sources": sorted(kinds), "kinds": kinds, "configs": configs, "deterministic": deterministic}
+
+
+def generated_deterministically(kernels: dict) -> bool:
+    """Whether a compile generated kernels, every one of them in Inductor's deterministic mode."""
+    modes = (kernels.get("deterministic") or {}).values()
+    return bool(modes) and all(mode is True for mode in modes)
+
+
+def used_compile_keys(log: str) -> dict[str, dict]:
+    """The compile cache keys an engine's graphs used, by cache directory: the factors vLLM
+    hashed into each (its `cache_key_factors.json`, written beside the compiled graph). Two
+    engines load each other's compile only where these are equal."""
+    keys = {}
+    for directory in dict.fromkeys(CACHE_DIRECTORY_LINE.findall(log)):
+        factors = Path(directory, "cache_key_factors.json")
+        keys[directory] = json.loads(factors.read_text()) if factors.is_file() else {}
+    return keys
+
+
+def _factor_leaves(value: object, path: str = "") -> dict[str, object]:
+    """A compile key's factors flattened to `path -> value`; the traced files' list
+    (`code.files`, entries of `path` and `hash`) keyed by each file's path."""
+    if isinstance(value, dict):
+        leaves: dict[str, object] = {}
+        for key, item in value.items():
+            leaves.update(_factor_leaves(item, f"{path}.{key}" if path else str(key)))
+        return leaves
+    if isinstance(value, list) and value and all(isinstance(e, dict) and "path" in e for e in value):
+        return {f"{path}[{entry['path']}]": entry.get("hash") for entry in value}
+    return {path: value}
+
+
+def compile_key_differences(a: dict, b: dict) -> list[str]:
+    """The factors in which two compile keys differ (the hashes vLLM derives from them left
+    out): why one engine did not load another's compile."""
+    derived = {"config_hash", "code_hash", "compiler_hash"}
+    la = {k: v for k, v in _factor_leaves(a).items() if k not in derived}
+    lb = {k: v for k, v in _factor_leaves(b).items() if k not in derived}
+    absent = "(absent)"
+    return [
+        f"{key}: {la.get(key, absent)!r} != {lb.get(key, absent)!r}"
+        for key in sorted(la.keys() | lb.keys())
+        if la.get(key, absent) != lb.get(key, absent)
+    ]
 
 
 def kernel_differences(a: dict, b: dict) -> list[str]:

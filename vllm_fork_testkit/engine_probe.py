@@ -77,6 +77,17 @@ def harness_kwargs(cudagraphs: bool, encoder_cudagraphs: bool = False) -> dict:
     }
 
 
+def with_deterministic_inductor(kwargs: dict) -> dict:
+    """`kwargs` with Inductor's deterministic mode asked through vLLM's compilation config
+    (`inductor_compile_config`, which vLLM hands each compile as config patches and hashes
+    into its compile cache key): no on-device timing of the configs that set the order in
+    which a reduction sums. The environment variable TORCHINDUCTOR_DETERMINISTIC did not
+    reach the compiles of the real wheel's engines (docs/tower-streaming.md)."""
+    compilation = dict(kwargs.get("compilation_config") or {})
+    compilation["inductor_compile_config"] = {**compilation.get("inductor_compile_config", {}), "deterministic": True}
+    return {**kwargs, "compilation_config": compilation}
+
+
 def mode_kwargs(mode: str, resident_gb: float = 0.0) -> dict:
     if mode == "streamed":
         return {"offload_backend": "prefetch", "offload_towers": True, "offload_towers_resident_gb": resident_gb}
@@ -356,12 +367,6 @@ def schedule_trace(llm) -> Iterator[list[dict] | None]:
         del scheduler.schedule  # the instance attribute: the class's method again
 
 
-def _inductor_deterministic() -> bool:
-    import torch._inductor.config as inductor_config
-
-    return bool(inductor_config.deterministic)
-
-
 def _gpu_allocated(worker) -> int:
     import torch
 
@@ -418,6 +423,7 @@ def run(
     mm_encoder_attn_backend: str | None = None,
     kv_cache_memory_bytes: int | None = None,
     latency_tokens: tuple[int, ...] = (2223,),
+    inductor_deterministic: bool = False,
 ) -> dict:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
@@ -438,7 +444,11 @@ def run(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         **({"mm_encoder_tp_mode": mm_encoder_tp_mode} if mm_encoder_tp_mode else {}),
-        **harness_kwargs(cudagraphs, encoder_cudagraphs),
+        **(
+            with_deterministic_inductor(harness_kwargs(cudagraphs, encoder_cudagraphs))
+            if inductor_deterministic
+            else harness_kwargs(cudagraphs, encoder_cudagraphs)
+        ),
         **({"mm_encoder_attn_backend": mm_encoder_attn_backend} if mm_encoder_attn_backend else {}),
         **({"kv_cache_memory_bytes": kv_cache_memory_bytes} if kv_cache_memory_bytes else {}),
         **mode_kwargs(mode, resident_gb),
@@ -520,9 +530,9 @@ def run(
         "encoder_graph_stats": llm.collective_rpc(_encoder_graph_stats)[0],
         "encoder_graph_stats_after_compared": graph_stats_after_compared,
         "mm_encoder_attn_backend": mm_encoder_attn_backend,
-        # Inductor's deterministic mode (TORCHINDUCTOR_DETERMINISTIC=1): no on-device
-        # benchmarking of kernel configs that change numerics (engine_runs.run_probe).
-        "inductor_deterministic": _inductor_deterministic(),
+        # Asked for; whether the compiles honoured it, their kernels' sources say
+        # (compile_caches.compiled_kernels, read by engine_runs.run_probe).
+        "inductor_deterministic_asked": inductor_deterministic,
         "embeddings": embeddings,
         "parallel": {"tp": tp, "pp": pp, "mm_encoder_tp_mode": mm_encoder_tp_mode},
         "ranks": ranks,
@@ -585,6 +595,11 @@ def main() -> None:
     parser.add_argument(
         "--latency-tokens", default="2223", help="comma-separated image sizes (tokens) of the latency requests"
     )
+    parser.add_argument(
+        "--inductor-deterministic",
+        action="store_true",
+        help="compile in Inductor's deterministic mode (inductor_compile_config.deterministic)",
+    )
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args()
     result = run(
@@ -602,6 +617,7 @@ def main() -> None:
         mm_encoder_attn_backend=args.mm_encoder_attn_backend,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         latency_tokens=tuple(int(t) for t in args.latency_tokens.split(",") if t),
+        inductor_deterministic=args.inductor_deterministic,
     )
     Path(args.out).write_text(json.dumps(result))
 

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from vllm_fork_testkit import engine_probe
-from vllm_fork_testkit.compile_caches import compile_cache_env, compiled_kernels, kernel_differences
+from vllm_fork_testkit.compile_caches import (
+    compile_cache_env,
+    compile_key_differences,
+    compiled_kernels,
+    generated_deterministically,
+    kernel_differences,
+    used_compile_keys,
+)
 from vllm_fork_testkit.engine_compare import embedding_differences, logprob_differences
 
 HERE = Path(__file__).resolve().parent
@@ -27,6 +34,7 @@ LOG_KEYS = (
     "vit attention",  # which ViT attention backend vLLM chose
     "Compiling a graph",  # vLLM compiled the model ...
     "Directly load",  # ... or loaded it from its compile cache
+    "Using cache directory",  # ... keyed by the factors in that directory
 )
 
 
@@ -52,8 +60,8 @@ def run_probe(
     """One engine in a subprocess, with compile caches of its own (vLLM's, Inductor's and
     Triton's under one fresh directory): no engine loads what another compiled, so two
     engines' compiled decoders are each their own compile. `deterministic` compiles in
-    Inductor's deterministic mode (TORCHINDUCTOR_DETERMINISTIC=1, which vLLM's compilation
-    config also reads): no on-device benchmarking of kernel configs that change numerics.
+    Inductor's deterministic mode (vLLM's `inductor_compile_config`, engine_probe's
+    `--inductor-deterministic`): no on-device benchmarking of kernel configs that change numerics.
     Without it, each compile picks its reductions' configs by timing them on the device,
     so two compiles of the same model can differ in their last bits. `caches`: another
     engine's (its result's `compile_caches`), to start from what that one compiled."""
@@ -61,11 +69,10 @@ def run_probe(
     out = checkpoint.parent / f"probe-{label}.json"
     caches = caches or Path(tempfile.mkdtemp(prefix=f"compile-{mode}-", dir=checkpoint.parent))
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "INFO", **compile_cache_env(caches)}
-    env.pop("TORCHINDUCTOR_DETERMINISTIC", None)
-    if deterministic:
-        env["TORCHINDUCTOR_DETERMINISTIC"] = "1"
+    env.pop("TORCHINDUCTOR_DETERMINISTIC", None)  # one way to ask for it: the option below
+    options = (*extra, "--inductor-deterministic") if deterministic else extra
     proc = subprocess.run(
-        engine_probe.command(checkpoint, mode, out, *extra),
+        engine_probe.command(checkpoint, mode, out, *options),
         env=env,
         capture_output=True,
         text=True,
@@ -77,6 +84,8 @@ def run_probe(
     result = json.loads(out.read_text())
     result["log_lines"] = [line for line in log.splitlines() if any(key in line for key in LOG_KEYS)]
     result["compiled_kernels"] = compiled_kernels(caches)
+    result["inductor_deterministic"] = generated_deterministically(result["compiled_kernels"])
+    result["compile_keys"] = used_compile_keys(log)
     result["compile_caches"] = str(caches)
     return result
 
@@ -85,8 +94,13 @@ def assert_same_compiled_kernels(resident: dict, streamed: dict) -> None:
     """Both engines compiled deterministically, generated the same kernels and, where a
     tuned config sets what a kernel computes (a reduction's), chose the same one: equal
     logprobs then compare the streamer, not two compiles."""
-    assert resident["inductor_deterministic"] and streamed["inductor_deterministic"]
     assert resident["compiled_kernels"]["sources"], "the decoder compiled no kernels into its own cache"
+    for engine in (resident, streamed):
+        modes = engine["compiled_kernels"].get("deterministic", {})
+        assert engine["inductor_deterministic"], (
+            f"{engine['mode']}: kernels not generated in Inductor's deterministic mode: "
+            f"{sorted(name for name, mode in modes.items() if mode is not True)}"
+        )
     differ = kernel_differences(resident, streamed)
     assert not differ, "\n".join(differ)
 
@@ -107,3 +121,12 @@ def assert_same_outputs(resident: dict, streamed: dict) -> None:
     assert_same_embeddings(resident, streamed)
     differ = logprob_differences(resident, streamed)
     assert not differ, "\n".join(differ)
+
+
+def compile_key_differences_of(a: dict, b: dict) -> list[str]:
+    """Why engine `b` did not load engine `a`'s compile: the factors of the compile keys they
+    used that differ (one key each where a graph compiled)."""
+    if not a.get("compile_keys") or not b.get("compile_keys"):
+        return ["no compile cache directory recorded (the log line was not found)"]
+    key_a, key_b = next(iter(a["compile_keys"].values())), next(iter(b["compile_keys"].values()))
+    return compile_key_differences(key_a, key_b)

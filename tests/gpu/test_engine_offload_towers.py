@@ -21,7 +21,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_runs import assert_same_compiled_kernels, assert_same_outputs, record, run_probe
+from engine_runs import (
+    assert_same_compiled_kernels,
+    assert_same_outputs,
+    compile_key_differences_of,
+    record,
+    run_probe,
+)
+
+from vllm_fork_testkit.compile_caches import kernel_differences
 
 pytestmark = [
     pytest.mark.gpu,
@@ -72,13 +80,27 @@ def test_compiled_decoders_are_the_same_kernels(engines):
     assert_same_compiled_kernels(resident, streamed)
 
 
-def test_a_streamed_engine_loads_the_resident_engines_compile(engines):
-    """A streamed engine started where a resident one compiled loads that compile (the towers
-    never enter a compiled graph, so they are not in vLLM's compile cache key) and gives the
-    resident engine's tokens and prompt logprobs."""
+def streamed_in_resident_caches(engines) -> tuple[dict, dict]:
     resident, again = engines["resident"], engines.get("streamed_in_resident_caches")
     if again is None or resident["standins"]:
         pytest.skip("nothing compiled: eager, or the stand-ins (mode 0)")
+    return resident, again
+
+
+def test_a_streamed_engine_on_the_resident_engines_kernels_gives_its_outputs(engines):
+    """A streamed engine started in the resident engine's compile caches runs the resident
+    compile's kernels with the configs it chose, and gives the resident engine's tokens and
+    prompt logprobs float for float: with the compile held equal, streaming changes no bit."""
+    resident, again = streamed_in_resident_caches(engines)
+    differ = kernel_differences(resident, again)
+    assert not differ, "\n".join(differ)
+    assert_same_outputs(resident, again)
+
+
+def test_a_streamed_engine_loads_the_resident_engines_compile(engines):
+    """And it loads that compile instead of compiling again (patch 12: the towers never enter
+    a compiled graph, so their options are not in vLLM's compile cache key)."""
+    resident, again = streamed_in_resident_caches(engines)
     loaded = [line for line in again["log_lines"] if "Directly load" in line]
     compiled = [line for line in again["log_lines"] if "Compiling a graph" in line]
     print(
@@ -86,8 +108,9 @@ def test_a_streamed_engine_loads_the_resident_engines_compile(engines):
         f"(resident {resident['startup_s']:.1f} s, streamed alone {engines['streamed']['startup_s']:.1f} s); "
         f"{len(loaded)} loads, {len(compiled)} compiles"
     )
-    assert loaded and not compiled, "\n".join(compiled) or "no graph loaded from the cache"
-    assert_same_outputs(resident, again)
+    assert loaded and not compiled, "vLLM compiled again; its compile keys differ in:\n" + "\n".join(
+        compile_key_differences_of(resident, again)
+    )
 
 
 def test_weights_on_gpu_shrink_by_the_tower(engines):
