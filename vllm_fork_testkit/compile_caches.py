@@ -76,10 +76,14 @@ def compiled_kernels(caches: Path) -> dict:
     return {"sources": sorted(kinds), "kinds": kinds, "configs": configs, "deterministic": deterministic}
 
 
+def kernels_not_deterministic(kernels: dict) -> list[str]:
+    """The kernels of a compile not generated in Inductor's deterministic mode (or not saying)."""
+    return sorted(name for name, mode in (kernels.get("deterministic") or {}).items() if mode is not True)
+
+
 def generated_deterministically(kernels: dict) -> bool:
     """Whether a compile generated kernels, every one of them in Inductor's deterministic mode."""
-    modes = (kernels.get("deterministic") or {}).values()
-    return bool(modes) and all(mode is True for mode in modes)
+    return bool(kernels.get("deterministic")) and not kernels_not_deterministic(kernels)
 
 
 def used_compile_keys(log: str) -> dict[str, dict]:

@@ -432,6 +432,9 @@ def run(
     if encoder_cudagraphs and uses_standins():
         honour_vit_attn_backend()
     family = family_of(Path(checkpoint))
+    harness = harness_kwargs(cudagraphs, encoder_cudagraphs)
+    if inductor_deterministic:
+        harness = with_deterministic_inductor(harness)
     rss_before = _rss_bytes()
     started = time.perf_counter()
     llm = LLM(
@@ -444,11 +447,7 @@ def run(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         **({"mm_encoder_tp_mode": mm_encoder_tp_mode} if mm_encoder_tp_mode else {}),
-        **(
-            with_deterministic_inductor(harness_kwargs(cudagraphs, encoder_cudagraphs))
-            if inductor_deterministic
-            else harness_kwargs(cudagraphs, encoder_cudagraphs)
-        ),
+        **harness,
         **({"mm_encoder_attn_backend": mm_encoder_attn_backend} if mm_encoder_attn_backend else {}),
         **({"kv_cache_memory_bytes": kv_cache_memory_bytes} if kv_cache_memory_bytes else {}),
         **mode_kwargs(mode, resident_gb),

@@ -19,6 +19,7 @@ from vllm_fork_testkit.compile_caches import (
     compiled_kernels,
     generated_deterministically,
     kernel_differences,
+    kernels_not_deterministic,
     used_compile_keys,
 )
 from vllm_fork_testkit.engine_compare import embedding_differences, logprob_differences
@@ -96,10 +97,9 @@ def assert_same_compiled_kernels(resident: dict, streamed: dict) -> None:
     logprobs then compare the streamer, not two compiles."""
     assert resident["compiled_kernels"]["sources"], "the decoder compiled no kernels into its own cache"
     for engine in (resident, streamed):
-        modes = engine["compiled_kernels"].get("deterministic", {})
         assert engine["inductor_deterministic"], (
             f"{engine['mode']}: kernels not generated in Inductor's deterministic mode: "
-            f"{sorted(name for name, mode in modes.items() if mode is not True)}"
+            f"{kernels_not_deterministic(engine['compiled_kernels'])}"
         )
     differ = kernel_differences(resident, streamed)
     assert not differ, "\n".join(differ)
