@@ -418,23 +418,28 @@ def main() -> None:
 
     from vllm_fork_testkit.vlm_checkpoint import make_checkpoint
 
+    def report(results: dict, tower: dict | None) -> dict:
+        return {
+            "command": command,
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "gpu": torch.cuda.get_device_name(),
+            "repeats": args.repeats,
+            "results": results,
+            "summary": summarize(results),
+            "tower_alone": tower,
+        }
+
+    results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         checkpoint = make_checkpoint("qwen3_vl", workdir / "qwen3-vl")
-        results = {m: probe(checkpoint, m, args.repeats, workdir) for m in args.mode_list}
+        for mode in args.mode_list:
+            results[mode] = probe(checkpoint, mode, args.repeats, workdir)
+            results[mode].pop("compared", None)
+            # After each engine: a run cut short by the device's time limit keeps what it measured.
+            write_report(args.out_dir, report(results, None))
         tower = tower_alone(max(args.repeats, 10), workdir)
-    for r in results.values():
-        r.pop("compared", None)
-    report = {
-        "command": command,
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "gpu": torch.cuda.get_device_name(),
-        "repeats": args.repeats,
-        "results": results,
-        "summary": summarize(results),
-        "tower_alone": tower,
-    }
-    write_report(args.out_dir, report)
+    write_report(args.out_dir, report(results, tower))
 
 
 def write_report(out_dir: Path, report: dict) -> None:
