@@ -36,6 +36,8 @@ LOG_KEYS = (
     "Compiling a graph",  # vLLM compiled the model ...
     "Directly load",  # ... or loaded it from its compile cache
     "Using cache directory",  # ... keyed by the factors in that directory
+    "AOT comp",  # torch >= 2.10: the whole model's artifact loaded, saved or not saved
+    "Compiling model again",  # ... or found and failed to load (the reason follows)
 )
 
 
@@ -128,5 +130,9 @@ def compile_key_differences_of(a: dict, b: dict) -> list[str]:
     used that differ (one key each where a graph compiled)."""
     if not a.get("compile_keys") or not b.get("compile_keys"):
         return ["no compile cache directory recorded (the log line was not found)"]
-    key_a, key_b = next(iter(a["compile_keys"].values())), next(iter(b["compile_keys"].values()))
-    return compile_key_differences(key_a, key_b)
+    (dir_a, key_a), (dir_b, key_b) = next(iter(a["compile_keys"].items())), next(iter(b["compile_keys"].items()))
+    # Equal keys: the same directory, so what failed is the load itself (its log lines say why).
+    return compile_key_differences(key_a, key_b) or [
+        f"no factor differs ({dir_a} and {dir_b}); the load's log lines:",
+        *(line for line in b["log_lines"] if "AOT" in line or "again" in line or "load" in line),
+    ]
