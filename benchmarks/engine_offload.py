@@ -272,7 +272,7 @@ def markdown(report: dict) -> str:
 
     for name, p in s.get("pairs", {}).items():
         lines += [
-            f"- {name.capitalize()}, streamed against resident: GPU weights {-p['weights_saved_mib']:+.0f} MiB,"
+            f"- {name[0].upper()}{name[1:]}, streamed against resident: GPU weights {-p['weights_saved_mib']:+.0f} MiB,"
             f" KV cache {p['kv_cache_gained_mib']:+.0f} MiB (tower {s['tower_mib']:.0f} MiB); pinned for the"
             f" tower {p['host_pinned_over_tower']:.3f}x the tower, RSS growth {p['rss_growth_over_tower']:.3f}x;"
             f" first token {x(p.get('first_token_small_streamed_over_resident'))} ({SMALL_TOKENS}-token image)"

@@ -82,4 +82,4 @@ def test_the_committed_gpu_run_renders_as_it_was_committed():
     finally:
         sys.modules.pop("tower_streaming", None)
     committed = (results / "engine_offload.md").read_text()
-    assert rendered in committed and "| uva | 621.1 | 9.00x |" in rendered
+    assert rendered in committed and "| uva | 777.6 | 18.16x |" in rendered
