@@ -117,10 +117,11 @@ def compile_key_differences(a: dict, b: dict) -> list[str]:
     la = {k: v for k, v in _factor_leaves(a).items() if k not in derived}
     lb = {k: v for k, v in _factor_leaves(b).items() if k not in derived}
     absent = "(absent)"
+    # Compared as vLLM hashes them, as JSON: 0 and 0.0 (or 1 and True) differ there, not under ==.
     return [
         f"{key}: {la.get(key, absent)!r} != {lb.get(key, absent)!r}"
         for key in sorted(la.keys() | lb.keys())
-        if la.get(key, absent) != lb.get(key, absent)
+        if json.dumps(la.get(key, absent)) != json.dumps(lb.get(key, absent))
     ]
 
 

@@ -149,3 +149,19 @@ def test_why_one_engine_did_not_load_anothers_compile(tmp_path: Path):
     same = next(iter(resident.values()))
     assert compile_key_differences(same, same) == []
     assert used_compile_keys("no such line") == {}
+
+
+def test_a_float_and_an_int_of_one_value_are_different_keys():
+    """vLLM hashes the factors' JSON, where 0.0 and 0 differ though they compare equal: the
+    factor that kept a streamed engine from loading the resident engine's compile on the real
+    wheel (gpu-real 2026-12-05e; patch 12 now gives both engines 0.0)."""
+
+    def key(cpu_offload_gb: float) -> dict:
+        uva = ["vllm.config.offload.UVAOffloadConfig", [["cpu_offload_gb", cpu_offload_gb], ["cpu_offload_params", []]]]
+        return {"config": {"offload": {"offload_backend": "auto", "uva": uva}}, "config_hash": str(cpu_offload_gb)}
+
+    resident, streamed = key(0.0), key(0)
+    assert resident["config"] == streamed["config"]  # what a comparison with == sees
+    differ = compile_key_differences(resident, streamed)
+    assert len(differ) == 1 and differ[0].startswith("config.offload.uva: ")
+    assert "['cpu_offload_gb', 0.0]" in differ[0] and "['cpu_offload_gb', 0]" in differ[0]
