@@ -30,7 +30,19 @@ TARGET = 1.10  # the issue's bound for a streamed encode, over max(resident, cop
 TOWER_COLORS = {"2B": "tab:blue", "8B": "tab:orange"}
 LOOKAHEAD_MARKERS = {1: "v", 2: "o", 3: "^"}
 SIZE_TICKS = [64, 256, 1024, 2223, 4096, 9000]
-STANDINS = "H200, vLLM's Python tree with pure-torch stand-in kernels (not the real wheel)"
+
+
+def kernels(gpu: str, standins: bool | None, vit_attention: str | None = None) -> str:
+    """Where a picture's figures came from, as its results say: the card, and the built wheel's
+    kernels or the stand-ins (results from before they said so were the stand-ins')."""
+    if standins is not False:
+        return f"{gpu}, vLLM's Python tree with pure-torch stand-in kernels (not the real wheel)"
+    attention = (
+        "vLLM's default ViT attention (FlashAttention on Hopper)"
+        if vit_attention in (None, "default")
+        else f"{vit_attention} ViT attention"
+    )
+    return f"{gpu}, the built wheel with vLLM's kernels, {attention}"
 
 
 def load(results: Path, name: str) -> Any:
@@ -65,7 +77,8 @@ def plot_build(results: Path, out: Path) -> None:
 
 
 def plot_tower_matrix(results: Path, out: Path) -> None:
-    rows = [r for r in load(results, "tower_matrix/tower_matrix.json")["rows"] if r.get("streamed_encode_s")]
+    report = load(results, "tower_matrix/tower_matrix.json")
+    rows = [r for r in report["rows"] if r.get("streamed_encode_s")]
     for r in rows:
         r["over_resident"] = r["streamed_encode_s"] / r["resident_encode_s"]
         r["over_bound"] = r["streamed_encode_s"] / max(r["resident_encode_s"], r["h2d_floor_s"])
@@ -82,7 +95,8 @@ def plot_tower_matrix(results: Path, out: Path) -> None:
     ax.set_xlabel("ratio (lower is better)")
     identical = sum(bool(r["bit_identical"]) for r in rows)
     ax.set_title(
-        f"Every tower family vLLM builds, streamed at full size: {identical} of {len(rows)} bit-identical\n{STANDINS}",
+        f"Every tower family vLLM builds, streamed at full size: {identical} of {len(rows)} bit-identical\n"
+        f"{kernels(report['device'], report.get('standins'))}",
         fontsize=9,
     )
     ax.legend(loc="lower right", fontsize=8)
@@ -120,7 +134,9 @@ def plot_tower_pipeline(results: Path, out: Path) -> None:
     ]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     scatter_by_size(ax, points)
-    ax.set_title(f"Eager encodes (SDPA), Qwen3-VL towers: a slow lent host\n{STANDINS}", fontsize=9)
+    machine = report["machine"]
+    where = kernels(machine["gpu"], machine.get("vllm_gpu_standins"), report["settings"].get("vit_attention"))
+    ax.set_title(f"Eager encodes, Qwen3-VL towers\n{where}", fontsize=9)
     save(fig, out / "tower_pipeline.png")
 
 
@@ -135,7 +151,9 @@ def plot_tower_graph(results: Path, out: Path) -> None:
     ]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     scatter_by_size(ax, points)
-    ax.set_title(f"Encoder CUDA graphs (Triton ViT attention), Qwen3-VL towers\n{STANDINS}", fontsize=9)
+    machine = report["machine"]
+    where = kernels(machine["gpu"], machine.get("vllm_gpu_standins"), report.get("vit_attention"))
+    ax.set_title(f"Encoder CUDA graphs, Qwen3-VL towers\n{where}", fontsize=9)
     save(fig, out / "tower_graph.png")
 
 
