@@ -62,9 +62,6 @@ PROBE_MODES = {
 PAIRS = {"eager": ("resident", "streamed"), "vLLM's defaults": ("resident+compiled", "streamed+compiled")}
 MODES = ("resident", "streamed")  # the default --modes
 NOT_RUN = "not run (needs CUDA)"
-#: What the probe records for the engine tests' comparisons (tokens, logprobs, embedding
-#: digests: ~0.9 MB an engine), not the benchmark's figures: left out of its report.
-COMPARISONS = ("compared", "compared_again", "compared_inputs", "embeddings", "embeddings_after_compared")
 LATENCY_TOKENS = 2223  # the probe's latency request: one image of this many tokens
 SMALL_TOKENS = 256  # and a small one, where an encode is bound by the host's time
 
@@ -438,7 +435,7 @@ def main() -> None:
         checkpoint = make_checkpoint("qwen3_vl", workdir / "qwen3-vl")
         for mode in args.mode_list:
             results[mode] = probe(checkpoint, mode, args.repeats, workdir)
-            for key in COMPARISONS:
+            for key in engine_probe.COMPARISON_RECORDS:  # the engine tests', not the benchmark's
                 results[mode].pop(key, None)
             # After each engine: a run cut short by the device's time limit keeps what it measured.
             write_report(args.out_dir, report(results, None))
