@@ -134,5 +134,5 @@ def compile_key_differences_of(a: dict, b: dict) -> list[str]:
     # Equal keys: the same directory, so what failed is the load itself (its log lines say why).
     return compile_key_differences(key_a, key_b) or [
         f"no factor differs ({dir_a} and {dir_b}); the load's log lines:",
-        *(line for line in b["log_lines"] if "AOT" in line or "again" in line or "load" in line),
+        *(line for line in b["log_lines"] if any(key in line for key in ("AOT comp", "Compiling model again"))),
     ]
