@@ -52,13 +52,18 @@ def test_same_outputs_before_and_after_the_reload(runs):
 
 
 def test_the_reload_changed_what_the_images_encode_to(runs):
-    """Else equal outputs after the reload would prove nothing: the image prompts' logprobs
-    move with the tower's weights, the text-only prompt's (the last) do not."""
+    """Else equal outputs after the reload would prove nothing: the images' encoder outputs
+    and the image prompts' logprobs move with the tower's weights, the text-only prompt's
+    (the last) do not."""
     for mode in ("resident", "streamed"):
         before, after = runs[mode]["compared"], runs[mode]["after_reload"]["compared"]
         changed = [a["prompt_logprobs"] != b["prompt_logprobs"] for a, b in zip(before, after)]
         print(f"\n[engine] {mode}: prompts whose logprobs changed with the reload {changed}")
         assert changed == [True] * (len(before) - 1) + [False]
+        # The images were encoded again, and to something else.
+        encoded, reencoded = runs[mode]["embeddings"], runs[mode]["after_reload"]["embeddings"]
+        assert reencoded, f"{mode}: no encoder output was recorded after the reload"
+        assert all(encoded[key]["sha256"] != digest["sha256"] for key, digest in reencoded.items())
 
 
 def test_the_reload_leaves_nothing_of_the_tower_on_the_gpu(runs):
