@@ -492,7 +492,7 @@ def run(
         # would miss), and the prefix cache holds KV computed from the old embeddings.
         llm.llm_engine.reset_encoder_cache()
         llm.reset_prefix_cache()
-        # Recorded after the reset, which may give the worker a new encoder cache.
+        # The images encoded again with the new weights (recording stopped after the first batch).
         recording = llm.collective_rpc(_start_recording_embeddings)[0]
         reload["compared"] = generate_compared()
         reload["embeddings"] = llm.collective_rpc(_recorded_embeddings)[0] if recording else {}

@@ -63,6 +63,7 @@ def test_the_reload_changed_what_the_images_encode_to(runs):
         # The images were encoded again, and to something else.
         encoded, reencoded = runs[mode]["embeddings"], runs[mode]["after_reload"]["embeddings"]
         assert reencoded, f"{mode}: no encoder output was recorded after the reload"
+        assert reencoded.keys() <= encoded.keys(), f"{mode}: other images encoded after the reload"
         assert all(encoded[key]["sha256"] != digest["sha256"] for key, digest in reencoded.items())
 
 
