@@ -8,10 +8,18 @@ changes on the CPU), gpu (CUDA; skipped without it). Helpers live in `support/`.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 from support.forkrepo import ForkRepo, make_upstream_repo
+from support.usercaches import isolate_user_caches
+
+SESSION_CACHES = isolate_user_caches()
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(SESSION_CACHES, ignore_errors=True)
 
 
 @pytest.fixture

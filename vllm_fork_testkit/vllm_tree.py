@@ -43,8 +43,25 @@ def import_on_cpu(tree: Path) -> None:
     # The tree's vllm must shadow an installed one: first on the import path, as PYTHONPATH would.
     if str(tree) not in sys.path:
         sys.path.insert(0, str(tree))
+    let_children_import_the_tree(tree)
     let_torchvision_import_without_its_ops()
     let_config_checks_pass_without_triton_cpu()
+
+
+#: Holds the `sitecustomize` that gives vLLM's child processes the torchvision stand-in.
+CHILD_SITE = Path(__file__).resolve().parent / "child_site"
+
+
+def let_children_import_the_tree(tree: Path) -> None:
+    """The Python processes vLLM starts itself import `tree` too, with the same stand-in.
+
+    vLLM inspects a model class in a child `python -m vllm.model_executor.models.registry`
+    and caches the answer in its user cache: without this the child imports no vLLM at all,
+    and the tests passed only where an earlier run had left that answer behind.
+    """
+    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    wanted = [str(tree), str(CHILD_SITE)]
+    os.environ["PYTHONPATH"] = os.pathsep.join([*wanted, *(e for e in entries if e not in wanted)])
 
 
 #: The check vLLM's CPU platform makes since 0.34.0 (0.33.0 only warned). Its
