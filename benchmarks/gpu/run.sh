@@ -30,6 +30,9 @@
 #   bash benchmarks/gpu/run.sh qwen3     # the Qwen3-VL eager engine test alone (resident vs streamed)
 #   bash benchmarks/gpu/run.sh encgraphs # the engine with encoder CUDA graphs, resident vs streamed (Qwen3-VL)
 #   bash benchmarks/gpu/run.sh reload    # the engine's in-place weight reload (RL weight syncs), resident vs streamed
+#   bash benchmarks/gpu/run.sh serveload # issue 59: vllm serve resident vs --offload-towers under vllm bench serve
+#                                        # (benchmarks/serve_load.py; SERVELOAD_RUNS: runs separated by ';', each
+#                                        # its options; default the 8B sweep at a 24 GiB --gpu-memory-utilization)
 #   bash benchmarks/gpu/run.sh resident  # tower_pipeline.py at lookahead 1 (RESIDENT_ARGS), once with the whole tower streamed
 #                                        # and once per budget of RESIDENT_GB (default "0.0625 0.125") of leading units kept
 #                                        # resident (--offload-towers-resident-gb); ~80 s each
@@ -39,7 +42,7 @@
 # The host-time probes of issue 11 (hosttime, probe, issue, streams, depth, contention, ab, decompose,
 # encodeab) answered their questions and were removed: benchmarks/results/gpu-runs.md says where.
 set -uo pipefail
-stages="proof engines compiled intree prefix ablation qwen3 encgraphs reload graph pipeline resident matrix serve bench budget benchgraphs multi"
+stages="proof engines compiled intree prefix ablation qwen3 encgraphs reload graph pipeline resident matrix serve bench budget benchgraphs multi serveload"
 [ $# -gt 0 ] || { echo "usage: run.sh STAGE... ($stages)" >&2; exit 2; }
 : "${OUT:?run on the device machine, where \$OUT is set}"
 export VLLM_FORK_RESULTS=$OUT
@@ -153,6 +156,20 @@ benchgraphs)
   # Encoder CUDA graphs on a streamed engine against the same engine without them (both
   # with vLLM's compiled decoder), and a resident engine with them.
   in_repo "timeout 560 python3 benchmarks/engine_offload.py --repeats 5 --modes ${BENCHGRAPHS_MODES:-streamed+compiled,streamed+graphs,resident+graphs} --out-dir $OUT/engine-graphs" 2>&1 | tee "$OUT/engine-offload-graphs.log" | tail -30
+  ;;
+serveload)
+  # Each run in what is left of the call's 600 s; a run's own --budget-s skips the load points
+  # that would not end in it. Servers a killed run left behind (each leads a session of its
+  # own, which outlives the call) are ended by the ids it wrote.
+  IFS=';' read -ra serveload_runs <<< "${SERVELOAD_RUNS:---budget-s 470}"
+  for options in "${serveload_runs[@]}"; do
+    left=$((580 - SECONDS)); [ $left -gt 60 ] || { echo "run.sh serveload: no time left for: $options"; break; }
+    in_repo "timeout $left python3 benchmarks/serve_load.py --out-dir $OUT/serve_load $options" 2>&1 | tee -a "$OUT/serve-load.log" | tail -40
+    if [ -f /tmp/serve-load/servers.pids ]; then
+      while read -r pid; do kill -KILL -- "-$pid" 2>/dev/null; done < /tmp/serve-load/servers.pids
+      rm -f /tmp/serve-load/servers.pids
+    fi
+  done
   ;;
 multi)
   in_repo "timeout 560 $pytest_gpu tests/gpu/test_engine_multi_gpu.py" 2>&1 | tee "$OUT/gpu-multi-gpu-tests.log" | tail -40
