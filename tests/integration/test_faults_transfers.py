@@ -30,6 +30,7 @@ from vllm_fork.core.errors import DiskFull, DownloadError, IntegrityError
 from vllm_fork.core.fs import write_atomic
 from vllm_fork.ops import cache as opscache
 from vllm_fork.upstream import download
+from vllm_fork.upstream.pkgindex import find_file
 
 PAYLOAD = os.urandom(3 << 20)  # 3 MiB: more than the small disk below holds
 SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -140,6 +141,17 @@ def test_a_partial_that_cannot_be_resumed_is_downloaded_again_whole(tmp_path, ca
     assert ("does not match sha256" in said) if len(kept) < len(PAYLOAD) else ("cannot resume" in said)
 
 
+def test_a_partial_holding_the_whole_file_is_used_without_asking_the_server(tmp_path, cache):
+    """A run killed between the last byte and the rename."""
+    dest = download.downloads_dir() / NAME
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    download.partial_path(dest, SHA).write_bytes(PAYLOAD)
+    (tmp_path / "empty").mkdir()
+    with serve(tmp_path / "empty") as (server, url):
+        assert download.fetch_url(f"{url}/files/{NAME}", dest, SHA) == dest
+    assert server.requests == [] and dest.read_bytes() == PAYLOAD
+
+
 def test_a_busy_server_is_asked_again_after_its_retry_after(tmp_path, cache, capsys):
     http_index(tmp_path / "srv", NAME, PAYLOAD)
     dest = download.downloads_dir() / NAME
@@ -184,6 +196,19 @@ def test_basic_auth_from_the_url(tmp_path, cache):
         assert len(server.requests) == 2  # a 401 is not retried
         assert download.fetch_url(url.replace("//", f"//{USER}:{PASSWORD}@") + f"/files/{NAME}", dest, SHA) == dest
     assert dest.read_bytes() == PAYLOAD
+
+
+def test_files_an_index_lists_on_its_own_host_get_its_credentials(tmp_path, cache, monkeypatch):
+    """As pip does: a link on the index's host (absolute here, as PEP 691 indexes write them) is sent the
+    index URL's credentials; a link to another host is not."""
+    with serve(tmp_path, auth=(USER, PASSWORD)) as (_server, url):
+        project = tmp_path / "simple" / "vllm"
+        project.mkdir(parents=True)
+        links = [(NAME, f"{url}/files/{NAME}"), ("vllm-1.0.0.tar.gz", "http://files.example/vllm-1.0.0.tar.gz")]
+        project.joinpath("index.html").write_text("".join(f'<a href="{href}">{name}</a>' for name, href in links))
+        monkeypatch.setenv("PIP_INDEX_URL", url.replace("//", f"//{USER}:{PASSWORD}@") + "/simple/")
+        assert find_file("vllm", NAME).url == url.replace("//", f"//{USER}:{PASSWORD}@") + f"/files/{NAME}"
+        assert find_file("vllm", "vllm-1.0.0.tar.gz").url == "http://files.example/vllm-1.0.0.tar.gz"
 
 
 def test_basic_auth_from_a_netrc_file(tmp_path, cache, monkeypatch):
@@ -433,6 +458,7 @@ from pathlib import Path
 from vllm_fork.core.errors import ForkError
 from vllm_fork.ops import cache as opscache
 from vllm_fork.upstream import download
+from vllm_fork.upstream.pkgindex import find_file
 try:
     if sys.argv[1] == "index":
         print(download.fetch("vllm", sys.argv[2], sys.argv[3]))

@@ -129,6 +129,8 @@ def fetch_url(
     if isinstance(url, urllib.request.Request):
         headers, once, url = dict(url.header_items()), list(url.unredirected_hdrs), url.full_url
     with _one_download_of(dest) as alone:
+        if alone and dest.is_file() and verified(dest, sha256):
+            return dest  # another run fetched it while this one waited for the lock
         part = partial_path(dest, sha256)
         if alone:
             remove_partials(dest, keep=part)
