@@ -83,16 +83,13 @@ def _read(url: str, timeout: float) -> tuple[bytes, str]:
         return resp.content, resp.headers.get("Content-Type", "")
 
 
-def _with_credentials_of(index: str, url: str) -> str:
-    """`url` with the index URL's credentials where it is on the index's host and has none (pip's rule)."""
+def _with_index_credentials(index: str, url: str) -> str:
+    """`url` with the index URL's credentials when it is on the index's host and has none (pip's rule)."""
     home, there = urllib.parse.urlsplit(index), urllib.parse.urlsplit(url)
-    if (
-        not home.username
-        or there.username
-        or (there.scheme, there.netloc) != (home.scheme, home.netloc.rpartition("@")[2])
-    ):
+    credentials, _, host = home.netloc.rpartition("@")
+    if not credentials or there.username or (there.scheme, there.netloc) != (home.scheme, host):
         return url
-    return urllib.parse.urlunsplit(there._replace(netloc=f"{home.netloc.rpartition('@')[0]}@{there.netloc}"))
+    return urllib.parse.urlunsplit(there._replace(netloc=f"{credentials}@{there.netloc}"))
 
 
 def _project_files(index: str, project: str, timeout: float) -> list[IndexFile]:
@@ -104,7 +101,7 @@ def _project_files(index: str, project: str, timeout: float) -> list[IndexFile]:
             files.append(
                 IndexFile(
                     entry["filename"],
-                    _with_credentials_of(index, urllib.parse.urljoin(url, entry["url"])),
+                    _with_index_credentials(index, urllib.parse.urljoin(url, entry["url"])),
                     entry.get("hashes", {}).get("sha256"),
                 )
             )
@@ -117,7 +114,7 @@ def _project_files(index: str, project: str, timeout: float) -> list[IndexFile]:
         match = re.search(r"sha256=([0-9a-f]{64})", frag)
         name = text or os.path.basename(urllib.parse.urlparse(full).path)
         files.append(
-            IndexFile(name, _with_credentials_of(index, full.split("#", 1)[0]), match.group(1) if match else None)
+            IndexFile(name, _with_index_credentials(index, full.split("#", 1)[0]), match.group(1) if match else None)
         )
     return files
 
