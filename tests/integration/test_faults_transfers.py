@@ -256,7 +256,7 @@ def test_a_tls_server_signed_by_the_ca_pip_is_told_of(
     assert dest.read_bytes() == PAYLOAD
 
 
-@pytest.mark.parametrize("setting", ["PIP_PROXY", "http_proxy"])
+@pytest.mark.parametrize("setting", ["PIP_PROXY", "pip.conf", "http_proxy"])
 def test_downloads_go_through_the_proxy_pip_is_told_of(tmp_path, cache, monkeypatch, setting):
     http_index(tmp_path / "srv", NAME, PAYLOAD)
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
@@ -264,7 +264,11 @@ def test_downloads_go_through_the_proxy_pip_is_told_of(tmp_path, cache, monkeypa
         monkeypatch.delenv(name, raising=False)
     dest = download.downloads_dir() / NAME
     with serve(tmp_path / "srv") as (proxy, proxy_url):
-        monkeypatch.setenv(setting, proxy_url)
+        if setting == "pip.conf":
+            (tmp_path / "pip.conf").write_text(f"[global]\nproxy = {proxy_url}\n")
+            monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
+        else:
+            monkeypatch.setenv(setting, proxy_url)
         # A host that does not resolve: only the proxy can answer.
         assert download.fetch_url(f"http://index.invalid/files/{NAME}", dest, SHA) == dest
     assert proxy.requests == [f"http://index.invalid/files/{NAME}"] and dest.read_bytes() == PAYLOAD
