@@ -37,6 +37,7 @@ from vllm_fork.core.log import LogFn
 from vllm_fork.core.log import info as log_info
 from vllm_fork.core.log import warning as log_warning
 from vllm_fork.core.paths import REPO_ROOT, cache_dir, cache_subdir
+from vllm_fork.core.urls import redact_url
 from vllm_fork.ops import oci
 from vllm_fork.upstream.download import fetch_url
 
@@ -221,6 +222,7 @@ def _copy_verified(src: Path, dest: Path, sha256: str) -> None:
 
 def _mismatch_advice(remote: str, entry: Entry) -> str:
     """The next step when `remote` serves other bytes than the index records for `entry`."""
+    remote = redact_url(remote)
     return (
         f"{remote} serves another file under this artifact's name (key {entry.key[:16]}). Publish the good one "
         f"there again from a machine that has it (`invoke ops.publish {remote}`), or take the remote out of "
@@ -239,7 +241,7 @@ def _fetch_from(remote: str, entry: Entry, dest: Path) -> None:
     elif url.startswith(("http://", "https://")):
         fetch_url(url, dest, entry.sha256, mismatch_advice=advice)
     else:
-        raise ConfigError(f"unsupported ops remote {remote!r} (use file://, http(s):// or oci://)")
+        raise ConfigError(f"unsupported ops remote {redact_url(remote)!r} (use file://, http(s):// or oci://)")
 
 
 def get(key: str, root: Path = REPO_ROOT, log: LogFn = log_info) -> tuple[Entry, Path] | None:
@@ -261,11 +263,12 @@ def get(key: str, root: Path = REPO_ROOT, log: LogFn = log_info) -> tuple[Entry,
     errors = []
     for remote in remotes(root):
         try:
-            log(f"fetching {entry.file} from {remote}")
+            log(f"fetching {entry.file} from {redact_url(remote)}")
             _fetch_from(remote, entry, dest)
             return entry, dest
         except (ForkError, OSError) as exc:
-            errors.append(f"{remote}: {exc}".replace("\n", "\n    "))  # its own lines under its remote
+            said = redact_url(f"{remote}: {exc}")
+            errors.append(said.replace("\n", "\n    "))  # its own lines under its remote
     detail = "".join(f"\n  {e}" for e in errors) or "\n  (no remotes configured)"
     raise DownloadError(
         f"the ops artifact for key {key[:16]} ({entry.file}) is in the index but not in "

@@ -2,13 +2,14 @@
 
 The fork never names a registry host: it asks pip for its index URLs (config
 files, PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, pip's own default), then reads each
-index's simple API (PEP 691 JSON, or PEP 503 HTML for plain file indexes).
+index's simple API (PEP 691 JSON, or PEP 503 HTML for plain file indexes). An
+index URL's credentials go with it, as pip sends them, to the index and to the
+files it lists on the same host; messages show them masked.
 """
 
 from __future__ import annotations
 
 import html.parser
-import http.client
 import json
 import os
 import re
@@ -19,6 +20,9 @@ import urllib.request
 from dataclasses import dataclass
 
 from vllm_fork.core.errors import DownloadError
+from vllm_fork.core.urls import redact_url
+from vllm_fork.upstream import pipconfig
+from vllm_fork.upstream.httpclient import Client, HTTPFailure
 
 _JSON = "application/vnd.pypi.simple.v1+json"
 
@@ -28,22 +32,6 @@ class IndexFile:
     filename: str
     url: str
     sha256: str | None
-
-
-def _pip_config() -> dict[str, str]:
-    """pip's configuration as `pip config list` prints it (key -> value)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
-    values: dict[str, str] = {}
-    for line in out.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip()] = value.strip().strip("'\"")
-    return values
 
 
 def _pip_default_index() -> str:
@@ -63,22 +51,8 @@ def _pip_default_index() -> str:
 
 def index_urls() -> list[str]:
     """The index URLs pip would use, primary first."""
-    config = _pip_config()
-
-    def pick(name: str) -> list[str]:
-        env = os.environ.get(f"PIP_{name.upper().replace('-', '_')}")
-        if env:
-            return env.split()
-        found: list[str] = []
-        for key, value in config.items():
-            if key.rsplit(".", 1)[-1] == name:
-                found.extend(value.split())
-        return found
-
-    primary = pick("index-url")
-    if not primary:
-        primary = [_pip_default_index()]
-    urls = primary + pick("extra-index-url")
+    primary = pipconfig.values("index-url") or [_pip_default_index()]
+    urls = primary + pipconfig.values("extra-index-url")
     return list(dict.fromkeys(u.rstrip("/") + "/" for u in urls))
 
 
@@ -105,9 +79,17 @@ def _read(url: str, timeout: float) -> tuple[bytes, str]:
             path = os.path.join(path, "index.html")
         with open(path, "rb") as fh:
             return fh.read(), "text/html"
-    request = urllib.request.Request(url, headers={"Accept": f"{_JSON}, text/html;q=0.1"})
-    with urllib.request.urlopen(request, timeout=timeout) as resp:
-        return resp.read(), resp.headers.get("Content-Type", "")
+    with Client(timeout=timeout).get(url, {"Accept": f"{_JSON}, text/html;q=0.1"}) as resp:
+        return resp.content, resp.headers.get("Content-Type", "")
+
+
+def _with_index_credentials(index: str, url: str) -> str:
+    """`url` with the index URL's credentials when it is on the index's host and has none (pip's rule)."""
+    home, there = urllib.parse.urlsplit(index), urllib.parse.urlsplit(url)
+    credentials, _, host = home.netloc.rpartition("@")
+    if not credentials or there.username or (there.scheme, there.netloc) != (home.scheme, host):
+        return url
+    return urllib.parse.urlunsplit(there._replace(netloc=f"{credentials}@{there.netloc}"))
 
 
 def _project_files(index: str, project: str, timeout: float) -> list[IndexFile]:
@@ -119,7 +101,7 @@ def _project_files(index: str, project: str, timeout: float) -> list[IndexFile]:
             files.append(
                 IndexFile(
                     entry["filename"],
-                    urllib.parse.urljoin(url, entry["url"]),
+                    _with_index_credentials(index, urllib.parse.urljoin(url, entry["url"])),
                     entry.get("hashes", {}).get("sha256"),
                 )
             )
@@ -131,23 +113,27 @@ def _project_files(index: str, project: str, timeout: float) -> list[IndexFile]:
         frag = urllib.parse.urlparse(full).fragment
         match = re.search(r"sha256=([0-9a-f]{64})", frag)
         name = text or os.path.basename(urllib.parse.urlparse(full).path)
-        files.append(IndexFile(name, full.split("#", 1)[0], match.group(1) if match else None))
+        files.append(
+            IndexFile(name, _with_index_credentials(index, full.split("#", 1)[0]), match.group(1) if match else None)
+        )
     return files
 
 
 def find_file(project: str, filename: str, timeout: float = 60) -> IndexFile:
     """Locate `filename` of `project` on pip's indexes."""
     errors: list[str] = []
+    unreachable = 0
     indexes = index_urls()
     for index in indexes:
         try:
             for entry in _project_files(index, project, timeout):
                 if entry.filename == filename:
                     return entry
-        except (OSError, ValueError, KeyError, http.client.HTTPException) as exc:
-            errors.append(f"{index}: {exc}")
+        except (DownloadError, OSError, ValueError, KeyError) as exc:
+            errors.append(f"{redact_url(index)}: {redact_url(str(exc))}")
+            unreachable += not (isinstance(exc, HTTPFailure) and exc.status == 404)  # a 404: no such project there
     detail = "".join(f"\n  {e}" for e in errors)
-    if len(errors) == len(indexes):
+    if unreachable == len(indexes):
         # Not one index answered: that says nothing about whether the file exists.
         raise DownloadError(
             f"could not reach any package index pip is configured to use, to find {filename}:{detail}\n"
@@ -156,7 +142,7 @@ def find_file(project: str, filename: str, timeout: float = 60) -> IndexFile:
         )
     raise DownloadError(
         f"{filename} is not on any package index pip is configured to use "
-        f"({', '.join(index_urls())}).{detail}\n"
+        f"({', '.join(redact_url(i) for i in indexes)}).{detail}\n"
         "Check `pip config list` / PIP_INDEX_URL, or put the file in the download cache."
     )
 
@@ -168,6 +154,6 @@ def list_files(project: str, timeout: float = 60) -> list[IndexFile]:
         try:
             for entry in _project_files(index, project, timeout):
                 seen.setdefault(entry.filename, entry)
-        except (OSError, ValueError, KeyError):
+        except (DownloadError, OSError, ValueError, KeyError):
             continue
     return list(seen.values())

@@ -25,6 +25,7 @@ from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import sha256_file
 from vllm_fork.core.git import FIXED_EMAIL, FIXED_NAME, fast_import, git, lock_files, rev
 from vllm_fork.core.paths import cache_dir
+from vllm_fork.core.urls import redact_url
 from vllm_fork.upstream.download import fetch
 from vllm_fork.upstream.pin import SOURCES, Pin
 
@@ -134,6 +135,7 @@ def git_ref(pin: Pin) -> str:
 def _fetch_git(pin: Pin, repo: Path, remote: str) -> str:
     # A pin without a tag names a bare commit (`invoke rebase --to <full commit id>`).
     want = f"refs/tags/{pin.tag}" if pin.tag else pin.commit
+    shown = redact_url(remote)
     ref = git_ref(pin)
     with locked_repo(repo):
         proc = git(
@@ -148,7 +150,7 @@ def _fetch_git(pin: Pin, repo: Path, remote: str) -> str:
         )
         if proc.returncode != 0:
             raise ForkError(
-                f"could not fetch {f'tag {pin.tag}' if pin.tag else f'commit {pin.commit}'} from {remote}:\n{proc.stderr.strip()}\n"
+                f"could not fetch {f'tag {pin.tag}' if pin.tag else f'commit {pin.commit}'} from {shown}:\n{redact_url(proc.stderr.strip())}\n"
                 "Check the remote (upstream.toml `git_remote`, or --remote), or use "
                 "`--source pypi`."
             )
@@ -156,12 +158,12 @@ def _fetch_git(pin: Pin, repo: Path, remote: str) -> str:
         if commit is None:  # fetched, but what the ref names does not peel to a commit
             git(repo, "update-ref", "-d", ref)
             raise ForkError(
-                f"{want} on {remote} is not a commit. Nothing was changed; check the remote and upstream.toml."
+                f"{want} on {shown} is not a commit. Nothing was changed; check the remote and upstream.toml."
             )
     if pin.commit and not commit.startswith(pin.commit):
         git(repo, "update-ref", "-d", ref)
         raise ForkError(
-            f"tag {pin.tag} on {remote} is commit {commit}, but upstream.toml pins "
+            f"tag {pin.tag} on {shown} is commit {commit}, but upstream.toml pins "
             f"{pin.commit}. Nothing was changed. If upstream moved the tag on purpose, "
             "update `commit` in upstream.toml; otherwise check the remote."
         )
