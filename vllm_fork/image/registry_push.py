@@ -47,6 +47,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.image_ref import ImageRef
 from vllm_fork.core.log import LogFn
 from vllm_fork.core.paths import REPO_ROOT, patches_dir
 from vllm_fork.image.base import LABEL_PYTHON, LABEL_SITE_PACKAGES
@@ -82,36 +83,17 @@ if __name__ == '__main__':
     sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
     sys.exit({attr}())
 """
-LOOPBACK = re.compile(r"^(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$")
 
 
-# --- references and registries ---------------------------------------------------------
+# --- manifests and blobs ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Ref:
-    host: str
-    repository: str
-    tag: str
-
-    @classmethod
-    def parse(cls, ref: str) -> Ref:
-        name, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
-        host, _, repo = name.partition("/")
-        if not repo or not ("." in host or ":" in host or host == "localhost"):
-            host, repo = "registry-1.docker.io", name if "/" in name else f"library/{name}"
-        if not tag or "@" in ref:
-            raise ForkError(f"{ref!r}: give the image as REGISTRY/REPOSITORY:TAG")
-        return cls(host, repo, tag)
-
-    def registry(self) -> Registry:
-        # Plain HTTP for loopback registries, as Docker does (and VLLM_FORK_OCI_INSECURE=1).
-        insecure = LOOPBACK.match(self.host) or os.environ.get("VLLM_FORK_OCI_INSECURE") == "1"
-        scheme = "http" if insecure else "https"
-        return Registry(f"{scheme}://{self.host}", self.repository, f"{self.host}/{self.repository}")
-
-    def __str__(self) -> str:
-        return f"{self.host}/{self.repository}:{self.tag}"
+def push_target(tag: str) -> ImageRef:
+    """A --tag to push to: REGISTRY/REPOSITORY:TAG (a digest names what exists, not where to push)."""
+    ref = ImageRef.parse(tag)
+    if ref.digest:
+        raise ForkError(f"--tag {tag}: push to a tag (REGISTRY/REPOSITORY:TAG), not a digest")
+    return ref
 
 
 def get_manifest(reg: Registry, reference: str) -> tuple[bytes, str]:
@@ -125,12 +107,17 @@ def get_manifest(reg: Registry, reference: str) -> tuple[bytes, str]:
             "base image's manifest; push the base there first, or name it with --base-image"
         ) from None
     except urllib.error.URLError as exc:
-        raise ForkError(f"{reg.remote}: {exc.reason}") from None
+        raise ForkError(f"{reg.remote}: {reg.describe(exc)}") from None
 
 
 def get_blob(reg: Registry, digest: str) -> bytes:
-    with reg.open("GET", reg.url(f"blobs/{digest}")) as resp:
-        data = resp.read()
+    try:
+        with reg.open("GET", reg.url(f"blobs/{digest}")) as resp:
+            data = resp.read()
+    except urllib.error.HTTPError as exc:
+        raise ForkError(f"{reg.remote}: the registry answered {exc.code} {exc.reason} for the blob {digest}") from None
+    except urllib.error.URLError as exc:
+        raise ForkError(f"{reg.remote}: {reg.describe(exc)}") from None
     if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
         raise ForkError(f"{reg.remote}: blob {digest} does not match its digest")
     return data
@@ -146,7 +133,7 @@ def mount_or_copy(src: Registry, dest: Registry, digest: str) -> None:
     """Make `dest` hold a blob `src` has: a cross-repository mount on one registry, else a copy."""
     if dest.has_blob(digest):
         return
-    if src.base == dest.base:
+    if src.endpoint == dest.endpoint:
         query = urllib.parse.urlencode({"mount": digest, "from": src.repository})
         with dest.open("POST", dest.url(f"blobs/uploads/?{query}"), data=b"") as resp:
             if resp.status == 201:
@@ -423,9 +410,9 @@ def push_image(
     log: LogFn = print,
 ) -> Pushed:
     """Append the delta layer to `base` (REGISTRY/REPO:TAG, read by `base_digest` when given)."""
-    base_ref = Ref.parse(base)
-    base_reg = base_ref.registry()
-    manifest_bytes, media = platform_manifest(base_reg, base_digest or base_ref.tag, platform)
+    base_ref = ImageRef.parse(base)
+    base_reg = Registry.of_image(base_ref)
+    manifest_bytes, media = platform_manifest(base_reg, base_digest or base_ref.reference, platform)
     base_manifest = json.loads(manifest_bytes)
     base_config = json.loads(get_blob(base_reg, base_manifest["config"]["digest"]))
     base_labels = (base_config.get("config") or {}).get("Labels") or {}
@@ -477,15 +464,16 @@ def push_image(
     digest = "sha256:" + hashlib.sha256(manifest_out).hexdigest()
 
     refs = []
+    reg = base_reg
     try:
         for tag in tags:
-            ref = Ref.parse(tag)
-            reg = ref.registry()
+            ref = push_target(tag)
+            reg = Registry.of_image(ref)
             for layer_desc in base_manifest["layers"]:
                 mount_or_copy(base_reg, reg, layer_desc["digest"])
             reg.push_blob(layer, layer_digest)
             reg.push_blob(config, config_digest)
-            put_manifest(reg, ref.tag, manifest_out, media)
+            put_manifest(reg, ref.reference, manifest_out, media)
             refs.append(f"{ref}@{digest}")
             log(f"pushed {ref}@{digest}")
     except urllib.error.HTTPError as exc:
@@ -493,7 +481,7 @@ def push_image(
             f"the registry answered {exc.code} {exc.reason} ({exc.url}); check that it allows pushes to the repository"
         ) from None
     except urllib.error.URLError as exc:
-        raise ForkError(f"registry unreachable: {exc.reason}") from None
+        raise ForkError(f"registry {reg.endpoint.host} unreachable: {reg.describe(exc)}") from None
     return Pushed(refs, digest, layer_digest, len(layer), sum(1 for f in files if f.kind == "file"), delta)
 
 
@@ -551,11 +539,11 @@ def run(
 
 def push_layout(layout_dir: Path, ref: str) -> str:
     """Push an image kept as manifest.json + blobs/<sha256> (the stand-in's cache) to `ref`."""
-    target = Ref.parse(ref)
-    reg = target.registry()
+    target = push_target(ref)
+    reg = Registry.of_image(target)
     manifest_bytes = (layout_dir / "manifest.json").read_bytes()
     manifest = json.loads(manifest_bytes)
     for desc in [*manifest["layers"], manifest["config"]]:
         reg.push_blob(layout_dir / "blobs" / desc["digest"].split(":", 1)[1], desc["digest"])
-    put_manifest(reg, target.tag, manifest_bytes, manifest["mediaType"])
+    put_manifest(reg, target.reference, manifest_bytes, manifest["mediaType"])
     return "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()

@@ -7,6 +7,7 @@ import hashlib
 import http.client
 import os
 import re
+import ssl
 import tempfile
 import time
 import urllib.error
@@ -89,6 +90,7 @@ def fetch_url(
     sha256: str,
     timeout: float = 60,
     mismatch_advice: str = PIN_MISMATCH_ADVICE,
+    context: ssl.SSLContext | None = None,
 ) -> Path:
     """Download `url` to `dest` through a temp file; verify `sha256` before the rename.
 
@@ -96,17 +98,22 @@ def fetch_url(
     no network error) and raises DiskFull. A hash mismatch deletes the partial and
     raises, naming the file, the source, both hashes and `mismatch_advice` (the next
     step). `dest` is never half-written. `url` may be a Request carrying headers (e.g.
-    a registry's bearer token).
+    a registry's bearer token); `context` the TLS trust for its host (a registry's CA).
     """
     with _one_download_of(dest) as alone:
         if alone:
             remove_partials(dest)
         remove_stale_temps(dest.parent)  # other files' temps, once no process has written them for a while
-        return _fetch_url(url, dest, sha256, timeout, mismatch_advice)
+        return _fetch_url(url, dest, sha256, timeout, mismatch_advice, context)
 
 
 def _fetch_url(
-    url: str | urllib.request.Request, dest: Path, sha256: str, timeout: float, mismatch_advice: str
+    url: str | urllib.request.Request,
+    dest: Path,
+    sha256: str,
+    timeout: float,
+    mismatch_advice: str,
+    context: ssl.SSLContext | None = None,
 ) -> Path:
     request, url = url, url.full_url if isinstance(url, urllib.request.Request) else url
     last: Exception | None = None
@@ -118,7 +125,7 @@ def _fetch_url(
             tmp = Path(tmp_name)
             digest = hashlib.sha256()
             size = 0
-            with open(tmp, "wb") as out, urllib.request.urlopen(request, timeout=timeout) as resp:
+            with open(tmp, "wb") as out, urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
                 length = resp.headers.get("Content-Length")
                 expected = int(length) if length and length.isdigit() else None
                 progress = log.Progress(dest.name, expected, unit="MiB", scale=1 << 20)
