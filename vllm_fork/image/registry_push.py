@@ -34,8 +34,6 @@ import io
 import json
 import marshal
 import os
-import re
-import shlex
 import sys
 import tarfile
 import tempfile
@@ -44,14 +42,13 @@ import urllib.parse
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.image_ref import ImageRef
 from vllm_fork.core.log import LogFn
 from vllm_fork.core.paths import REPO_ROOT, patches_dir
 from vllm_fork.image.base import LABEL_PYTHON, LABEL_SITE_PACKAGES
-from vllm_fork.image.dockerfile import DOCKERFILE, base_image, check_platform, image_labels, logical_lines
+from vllm_fork.image.dockerfile import DOCKERFILE, base_image, check_platform, image_labels, stage_config
 from vllm_fork.image.plan import fork_revision
 from vllm_fork.image.wheel import ForkWheel, find_wheel, load_wheel, stale_reasons, strip_userinfo
 from vllm_fork.ops.oci import Registry
@@ -317,53 +314,6 @@ def gzip_bytes(data: bytes) -> bytes:
 # --- the config, from the Dockerfile's image stage ---------------------------------------
 
 
-def image_stage_config(dockerfile: Path, args: dict[str, str]) -> dict:
-    """LABEL, ENV, EXPOSE, HEALTHCHECK and ENTRYPOINT of the Dockerfile's `image` stage."""
-    lines = logical_lines(dockerfile.read_text())
-    stage: str | None = None
-    out: dict[str, Any] = {"Labels": {}, "Env": {}, "ExposedPorts": {}, "Healthcheck": None, "Entrypoint": None}
-    for line in lines:
-        word, _, rest = line.partition(" ")
-        word = word.upper()
-        if word == "FROM":
-            stage = rest.split()[-1] if " AS " in rest.upper() else None
-            continue
-        if stage != "image":
-            continue
-        expand = lambda s: re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), ""), s)  # noqa: E731
-        if word in ("LABEL", "ENV"):
-            for pair in shlex.split(rest):
-                key, _, value = pair.partition("=")
-                (out["Labels"] if word == "LABEL" else out["Env"])[key] = expand(value)
-        elif word == "EXPOSE":
-            for port in rest.split():
-                out["ExposedPorts"][port if "/" in port else f"{port}/tcp"] = {}
-        elif word == "ENTRYPOINT":
-            out["Entrypoint"] = json.loads(rest)
-        elif word == "HEALTHCHECK":
-            opts, _, cmd = rest.partition("CMD ")
-            check: dict[str, Any] = {"Test": ["CMD", *json.loads(cmd)]}
-            for opt in shlex.split(opts):
-                name, _, value = opt.lstrip("-").partition("=")
-                key = {
-                    "interval": "Interval",
-                    "timeout": "Timeout",
-                    "start-period": "StartPeriod",
-                    "retries": "Retries",
-                }[name]
-                check[key] = int(value) if key == "Retries" else _duration_ns(value)
-            out["Healthcheck"] = check
-    return out
-
-
-def _duration_ns(text: str) -> int:
-    units = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
-    m = re.fullmatch(r"(\d+)(ms|s|m|h)", text)
-    if not m:
-        raise ForkError(f"{DOCKERFILE}: cannot read the duration {text!r} in HEALTHCHECK")
-    return int(m.group(1)) * units[m.group(2)]
-
-
 def new_config(base_config: dict, stage: dict, diff_id: str, created: str, summary: str) -> dict:
     config = json.loads(json.dumps(base_config))
     c = config.setdefault("config", {})
@@ -375,7 +325,9 @@ def new_config(base_config: dict, stage: dict, diff_id: str, created: str, summa
         c["Healthcheck"] = stage["Healthcheck"]
     if stage["Entrypoint"] is not None:
         c["Entrypoint"] = stage["Entrypoint"]
-        c["Cmd"] = None  # as a Dockerfile's ENTRYPOINT resets the base's CMD
+        c["Cmd"] = stage["Cmd"]  # an ENTRYPOINT resets the base's CMD: only the stage's own stays
+    elif stage["Cmd"] is not None:
+        c["Cmd"] = stage["Cmd"]
     config["rootfs"]["diff_ids"] = [*config["rootfs"]["diff_ids"], diff_id]
     config["history"] = [*(config.get("history") or []), {"created": created, "created_by": summary}]
     config["created"] = created
@@ -444,7 +396,8 @@ def push_image(
         f"vllm-fork: vllm {delta['from_version']} -> {delta['version']} appended in the registry "
         f"({len(delta['changed'])} changed, {len(delta['added'])} new, {len(delta['removed'])} removed)"
     )
-    stage = image_stage_config(root / DOCKERFILE, labels)
+    base_env = (base_config.get("config") or {}).get("Env") or []
+    stage = stage_config(root / DOCKERFILE, "image", labels, base_env)
     config = json.dumps(new_config(base_config, stage, diff_id, created, summary), sort_keys=True).encode()
     config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
     manifest = {
