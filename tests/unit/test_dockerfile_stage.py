@@ -27,7 +27,7 @@ def test_legacy_env_form_is_one_variable_with_the_rest_of_the_line(tmp_path):
 
 
 def test_env_expands_the_base_images_variables_and_earlier_ones(tmp_path):
-    text = "FROM base AS image\nENV PATH=/opt/bin:${PATH} \\\n    HOME_BIN=$PATH/x\nENV LANG=\"en $LANG\"\n"
+    text = 'FROM base AS image\nENV PATH=/opt/bin:${PATH} \\\n    HOME_BIN=$PATH/x\nENV LANG="en $LANG"\n'
     got = config(tmp_path, text)
     assert got["Env"]["PATH"] == "/opt/bin:/usr/local/sbin:/usr/local/bin:/usr/bin"
     assert got["Env"]["HOME_BIN"] == "/usr/local/sbin:/usr/local/bin:/usr/bin/x"  # before this ENV, as Docker does
@@ -47,7 +47,7 @@ def test_only_the_named_stage_counts_and_args_come_from_the_build(tmp_path):
 
 
 def test_shell_form_entrypoint_and_cmd_run_through_the_shell(tmp_path):
-    got = config(tmp_path, "FROM base AS image\nENTRYPOINT exec vllm serve \"$MODEL\"\nCMD --port 8000\n")
+    got = config(tmp_path, 'FROM base AS image\nENTRYPOINT exec vllm serve "$MODEL"\nCMD --port 8000\n')
     assert got["Entrypoint"] == ["/bin/sh", "-c", 'exec vllm serve "$MODEL"']
     assert got["Cmd"] == ["/bin/sh", "-c", "--port 8000"]
     exec_form = config(tmp_path, 'FROM base AS image\nENTRYPOINT ["vllm", "serve"]\n')

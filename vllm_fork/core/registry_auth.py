@@ -118,8 +118,8 @@ class Authorizer:
         if creds is None:
             return ForkError(f"{self.endpoint.host} refused {what} without a login: {login_hint(self.endpoint)}")
         return ForkError(
-            f"{self.endpoint.host} refused {what} with the login from {creds.source}: check it may do this "
-            f"(push rights to the repository), or {login_hint(self.endpoint)} again"
+            f"{self.endpoint.host} refused {what} with the login from {creds.source}: check the user name and "
+            f"password, and that this user may push to the repository; to use another login, {login_hint(self.endpoint)}"
         )
 
     def _fetch_token(self, challenge: Challenge) -> None:

@@ -1,0 +1,230 @@
+"""Logging in to real registries as Docker does: Debian's docker-registry with a password file.
+
+Each registry is the distribution registry, started by the test on 127.0.0.1 with an
+htpasswd (bcrypt) file, over plain HTTP and over TLS with a private CA. The login comes
+from a Docker config directory made for the test (DOCKER_CONFIG, HOME): `auths` as `docker
+login` writes it, or a credential helper script on PATH (`credsStore`, `credHelpers`);
+the CA from `certs.d/<host:port>/ca.crt` there. Both clients are exercised: the ops cache's
+`oci://` remotes (publish and fetch) and the image push's (`push_layout`, then the manifest
+and config read back). The token flow is in tests/unit/test_oci.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import urllib.request
+
+import pytest
+from support.registry import need_registry, start_registry, stop_registry
+from support.tlscerts import make_server_cert
+
+from vllm_fork.core.errors import ForkError
+from vllm_fork.core.image_ref import ImageRef
+from vllm_fork.image import registry_push
+from vllm_fork.image.base import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST
+from vllm_fork.ops import oci
+
+USER, PASSWORD = "alice", "pa:ss w0rd"  # a colon and a space: the login is split at the first colon only
+KEY = "0123456789abcdef" * 4
+
+
+@pytest.fixture(scope="module")
+def htpasswd(tmp_path_factory):
+    need_registry()
+    path = tmp_path_factory.mktemp("htpasswd") / "htpasswd"
+    out = subprocess.run(["htpasswd", "-Bbn", USER, PASSWORD], check=True, capture_output=True).stdout
+    path.write_bytes(out)
+    return path
+
+
+@pytest.fixture(scope="module")
+def http_registry(htpasswd):
+    reg = start_registry(htpasswd=htpasswd)
+    yield reg
+    stop_registry(reg)
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory):
+    return make_server_cert(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def tls_registry(htpasswd, tls):
+    reg = start_registry(htpasswd=htpasswd, tls=tls)
+    yield reg
+    stop_registry(reg)
+
+
+@pytest.fixture
+def docker_config(tmp_path, monkeypatch):
+    """An empty Docker config directory, the only one the tool may read."""
+    config = tmp_path / "docker"
+    config.mkdir()
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for name in ("VLLM_FORK_OCI_USERNAME", "VLLM_FORK_OCI_PASSWORD", "VLLM_FORK_OCI_INSECURE", "SSL_CERT_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    return config
+
+
+def write_config(config_dir, data: dict) -> None:
+    (config_dir / "config.json").write_text(json.dumps(data))
+
+
+def auth_entry(user: str, password: str) -> dict:
+    return {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def install_helper(tmp_path, monkeypatch, logins: dict[str, tuple[str, str]]) -> os.PathLike:
+    """`docker-credential-vftest` on PATH: answers `get` from `logins`, logs what it was asked."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    asked = tmp_path / "helper-asked.log"
+    table = {k: {"ServerURL": k, "Username": u, "Secret": s} for k, (u, s) in logins.items()}
+    script = bindir / "docker-credential-vftest"
+    script.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, sys\n"
+        f"TABLE = {json.dumps(table)!r}\n"
+        "assert sys.argv[1:] == ['get'], sys.argv\n"
+        "server = sys.stdin.read().strip()\n"
+        f"open({str(asked)!r}, 'a').write(server + '\\n')\n"
+        "entry = json.loads(TABLE).get(server)\n"
+        "if entry is None:\n"
+        "    print('credentials not found in native keychain'); sys.exit(1)\n"
+        "print(json.dumps(entry))\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    return asked
+
+
+def artifact(tmp_path):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "ops-artifact.zip"
+    path.write_bytes(os.urandom(3 << 20))
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def small_image(dest):
+    """An image as the stand-in's cache keeps one: manifest.json and blobs/<hex>."""
+    (dest / "blobs").mkdir(parents=True)
+    layer, config = os.urandom(4096), json.dumps({"architecture": "amd64", "os": "linux"}).encode()
+    descs = {}
+    for name, data in (("layer", layer), ("config", config)):
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        (dest / "blobs" / digest.split(":")[1]).write_bytes(data)
+        descs[name] = {"digest": digest, "size": len(data)}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, **descs["config"]},
+        "layers": [{"mediaType": OCI_LAYER_GZIP, **descs["layer"]}],
+    }
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    return dest, descs
+
+
+def publish_and_fetch(reg, tmp_path) -> None:
+    """`ops.publish` to an `oci://` remote (no scheme hint) and a fetch back, byte for byte."""
+    path, sha = artifact(tmp_path)
+    remote = f"oci://{reg.host}/team/vllm-ops"
+    assert oci.push(remote, KEY, path, sha) == f"{reg.host}/team/vllm-ops:{KEY}"
+    got = oci.fetch(remote, path.name, sha, tmp_path / "fetched.zip")
+    assert got.read_bytes() == path.read_bytes()
+
+
+def push_and_read_image(reg, tmp_path) -> None:
+    """`docker --push`'s client: push an image, read its manifest and config back."""
+    layout, descs = small_image(tmp_path / "image")
+    ref = f"{reg.host}/fork/vllm-openai:prod"
+    digest = registry_push.push_layout(layout, ref)
+    by_digest = ImageRef.parse(f"{reg.host}/fork/vllm-openai@{digest}")  # read back by digest
+    registry = oci.Registry.of_image(by_digest)
+    data, _media = registry_push.platform_manifest(registry, by_digest.reference, "linux/amd64")
+    assert "sha256:" + hashlib.sha256(data).hexdigest() == digest
+    assert (
+        registry_push.get_blob(registry, descs["config"]["digest"])
+        == (layout / "blobs" / descs["config"]["digest"].split(":")[1]).read_bytes()
+    )
+
+
+def test_password_file_over_http_with_the_login_docker_login_wrote(http_registry, docker_config, tmp_path):
+    write_config(docker_config, {"auths": {http_registry.host: auth_entry(USER, PASSWORD)}})
+    publish_and_fetch(http_registry, tmp_path)
+    push_and_read_image(http_registry, tmp_path)
+    # What was pushed is there for anyone with the login (checked without the tool).
+    request = urllib.request.Request(
+        f"http://{http_registry.host}/v2/fork/vllm-openai/manifests/prod",
+        headers={
+            "Accept": OCI_MANIFEST,
+            "Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode(),
+        },
+    )
+    with urllib.request.urlopen(request) as resp:
+        assert json.loads(resp.read())["mediaType"] == OCI_MANIFEST
+
+
+def test_a_login_under_a_url_key_and_the_tools_variables(http_registry, docker_config, tmp_path, monkeypatch):
+    # Old `docker login` wrote keys as URLs: they match their host, as in the Docker CLI.
+    write_config(docker_config, {"auths": {f"https://{http_registry.host}/v1/": auth_entry(USER, PASSWORD)}})
+    publish_and_fetch(http_registry, tmp_path / "url-key")
+    # No Docker login at all: the tool's own variables.
+    write_config(docker_config, {})
+    monkeypatch.setenv("VLLM_FORK_OCI_USERNAME", USER)
+    monkeypatch.setenv("VLLM_FORK_OCI_PASSWORD", PASSWORD)
+    publish_and_fetch(http_registry, tmp_path / "env")
+
+
+def test_a_wrong_or_missing_login_says_where_it_came_from_never_the_password(http_registry, docker_config, tmp_path):
+    path, sha = artifact(tmp_path)
+    remote = f"oci://{http_registry.host}/team/vllm-ops"
+    write_config(docker_config, {"auths": {http_registry.host: auth_entry(USER, "not-the-password")}})
+    with pytest.raises(ForkError) as refused:
+        oci.push(remote, KEY, path, sha)
+    message = str(refused.value)
+    assert "refused" in message and str(docker_config / "config.json") in message
+    assert "not-the-password" not in message and f"docker login {http_registry.host}" in message
+    write_config(docker_config, {})
+    with pytest.raises(ForkError, match=f"asks for a user name and password.*docker login {http_registry.host}"):
+        oci.push(remote, KEY, path, sha)
+
+
+def test_password_file_over_tls_with_a_certs_d_ca_and_a_credential_store(
+    tls_registry, tls, docker_config, tmp_path, monkeypatch
+):
+    (docker_config / "certs.d" / tls_registry.host).mkdir(parents=True)
+    (docker_config / "certs.d" / tls_registry.host / "ca.crt").write_bytes(tls.ca.read_bytes())
+    asked = install_helper(tmp_path, monkeypatch, {tls_registry.host: (USER, PASSWORD)})
+    write_config(docker_config, {"credsStore": "vftest"})
+    publish_and_fetch(tls_registry, tmp_path / "store")
+    push_and_read_image(tls_registry, tmp_path / "store")
+    assert set(asked.read_text().split()) == {tls_registry.host}
+    # credHelpers for this registry win over a stale `auths` entry, as in the Docker CLI.
+    write_config(
+        docker_config,
+        {"credHelpers": {tls_registry.host: "vftest"}, "auths": {tls_registry.host: auth_entry(USER, "stale")}},
+    )
+    publish_and_fetch(tls_registry, tmp_path / "helpers")
+
+
+def test_tls_without_the_ca_names_where_to_put_it(tls_registry, docker_config, tmp_path):
+    write_config(docker_config, {"auths": {tls_registry.host: auth_entry(USER, PASSWORD)}})
+    path, sha = artifact(tmp_path)
+    with pytest.raises(ForkError, match=f"certs.d/{tls_registry.host}/ca.crt"):
+        oci.push(f"oci://{tls_registry.host}/team/vllm-ops", KEY, path, sha)
+
+
+def test_a_credential_store_that_is_not_installed_is_named(tls_registry, tls, docker_config, tmp_path):
+    (docker_config / "certs.d" / tls_registry.host).mkdir(parents=True)
+    (docker_config / "certs.d" / tls_registry.host / "ca.crt").write_bytes(tls.ca.read_bytes())
+    write_config(docker_config, {"credsStore": "no-such-helper"})
+    path, sha = artifact(tmp_path)
+    with pytest.raises(ForkError, match="docker-credential-no-such-helper is not on PATH"):
+        oci.push(f"oci://{tls_registry.host}/team/vllm-ops", KEY, path, sha)
