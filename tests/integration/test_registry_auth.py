@@ -15,6 +15,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import urllib.request
@@ -36,6 +37,9 @@ KEY = "0123456789abcdef" * 4
 @pytest.fixture(scope="module")
 def htpasswd(tmp_path_factory):
     need_registry()
+    for tool, package in (("htpasswd", "apache2-utils"), ("openssl", "openssl")):
+        if shutil.which(tool) is None:
+            pytest.skip(f"no {tool} (Debian's {package} package: scripts/setup-docker.sh)")
     path = tmp_path_factory.mktemp("htpasswd") / "htpasswd"
     out = subprocess.run(["htpasswd", "-Bbn", USER, PASSWORD], check=True, capture_output=True).stdout
     path.write_bytes(out)
