@@ -1,4 +1,4 @@
-"""Logging in to real registries as Docker does: Debian's docker-registry with a password file.
+"""Logging in to real registries as Docker does: Debian's docker-registry, password file or tokens.
 
 Each registry is the distribution registry, started by the test on 127.0.0.1 with an
 htpasswd (bcrypt) file, over plain HTTP and over TLS with a private CA. The login comes
@@ -6,7 +6,9 @@ from a Docker config directory made for the test (DOCKER_CONFIG, HOME): `auths` 
 login` writes it, or a credential helper script on PATH (`credsStore`, `credHelpers`);
 the CA from `certs.d/<host:port>/ca.crt` there. Both clients are exercised: the ops cache's
 `oci://` remotes (publish and fetch) and the image push's (`push_layout`, then the manifest
-and config read back). The token flow is in tests/unit/test_oci.py.
+and config read back). The registry's token auth is tested with a token service of the
+test's own (tests/support/tokenservice.py: real signed JWTs); a 401 in the middle of an
+upload, with the tests' own registry in tests/unit/test_oci.py.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 import urllib.request
 
 import pytest
 from support.registry import need_registry, start_registry, stop_registry
 from support.tlscerts import make_server_cert
+from support.tokenservice import token_service
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.image_ref import ImageRef
@@ -232,3 +236,31 @@ def test_a_credential_store_that_is_not_installed_is_named(tls_registry, tls, do
     path, sha = artifact(tmp_path)
     with pytest.raises(ForkError, match="docker-credential-no-such-helper is not on PATH"):
         oci.push(f"oci://{tls_registry.host}/team/vllm-ops", KEY, path, sha)
+
+
+@pytest.fixture(scope="module")
+def token_registry(htpasswd, tmp_path_factory):
+    """docker-registry with token auth, and its token service (tokens good for 2 s, it says)."""
+    with token_service(tmp_path_factory.mktemp("token"), {USER: PASSWORD}, expires_in=2) as service:
+        reg = start_registry(token=service.registry_config())
+        yield reg, service
+        stop_registry(reg)
+
+
+def test_token_auth_with_the_login_at_the_token_service_renewed_at_expires_in(
+    token_registry, docker_config, tmp_path, monkeypatch
+):
+    reg, service = token_registry
+    install_helper(tmp_path, monkeypatch, {reg.host: (USER, PASSWORD)})
+    write_config(docker_config, {"credHelpers": {reg.host: "vftest"}})
+    publish_and_fetch(reg, tmp_path / "ops")
+    push_and_read_image(reg, tmp_path / "image")
+    login = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    assert service.requests and all(auth == login for _m, auth, _q in service.requests)
+    # One client across the token's lifetime: a new token is asked for before the old one is used late.
+    client = oci.Registry.parse(f"oci://{reg.host}/team/vllm-ops")
+    path, sha = artifact(tmp_path / "renew")
+    client.push_blob(path, f"sha256:{sha}")
+    asked = len(service.requests)
+    time.sleep(2.5)
+    assert client.has_blob(f"sha256:{sha}") and len(service.requests) == asked + 1
