@@ -13,6 +13,7 @@ from support.ociregistry import registry
 from test_opscache import KEY, make_artifact
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.image_ref import INSECURE_ENV
 from vllm_fork.ops import cache as opscache
 from vllm_fork.ops import oci
 
@@ -50,7 +51,7 @@ def test_fetch_blob_by_digest_with_the_token_dance_and_a_redirect(root, stored):
 
 def test_insecure_env_reaches_a_plain_http_registry_with_oci_scheme(root, stored, monkeypatch):
     entry, path, data = stored
-    monkeypatch.setenv(oci.INSECURE_ENV, "1")
+    monkeypatch.setenv(INSECURE_ENV, "1")
     with registry(auth=False) as reg:
         reg.blobs[(REPO, f"sha256:{entry.sha256}")] = data
         path.unlink()

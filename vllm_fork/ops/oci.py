@@ -28,12 +28,11 @@ from pathlib import Path
 
 from vllm_fork.core.docker_config import config_dir, ssl_context
 from vllm_fork.core.errors import DownloadError, ForkError
-from vllm_fork.core.image_ref import INSECURE_ENV, Endpoint, ImageRef, parse_remote
+from vllm_fork.core.image_ref import Endpoint, ImageRef, parse_remote
 from vllm_fork.core.registry_auth import Authorizer
 from vllm_fork.upstream.download import fetch_url
 
 SCHEMES = ("oci://", "oci+http://", "oci+https://")
-__all__ = ["INSECURE_ENV", "Registry", "fetch", "push"]
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 ARTIFACT_TYPE = "application/vnd.vllm-fork.ops.v1"
 LAYER_TYPE = "application/zip"
@@ -92,8 +91,9 @@ class Registry:
             exc.close()
             return "https"  # it answered over TLS (401 or otherwise)
         except urllib.error.URLError as exc:
-            if isinstance(exc.reason, ssl.SSLError) and not isinstance(exc.reason, ssl.SSLCertVerificationError):
-                return "http"  # a plain-HTTP registry: the TLS handshake met HTTP
+            not_tls = isinstance(exc.reason, ssl.SSLError | ConnectionResetError)
+            if not_tls and not isinstance(exc.reason, ssl.SSLCertVerificationError):
+                return "http"  # a plain-HTTP registry: the TLS handshake met HTTP (or a closed connection)
             raise
 
     def url(self, path: str) -> str:
