@@ -70,6 +70,8 @@ def test_docker_hub_login_from_config_and_from_a_helper(tmp_path, monkeypatch):
     found = find_credentials(hub.auth_key)
     assert (found.username, found.password) == ("hubuser", "hubpass") and "auths" in found.source
     assert "hubpass" not in repr(found)
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {"docker.io": {"auth": auth}}}))
+    assert find_credentials(hub.auth_key).username == "hubuser"  # another of Docker Hub's names
     # A helper is asked with the key `docker login` used: Docker Hub's index URL.
     asked = tmp_path / "asked"
     helper = tmp_path / "docker-credential-hubtest"

@@ -4,7 +4,8 @@ Credentials for a registry: `credHelpers[<key>]`, else `credsStore` (each run as
 `docker-credential-<name> get`, the key on stdin), else `auths[<key>].auth` (base64
 `user:password`) or `auths[<key>].identitytoken` in `$DOCKER_CONFIG/config.json`
 (default `~/.docker/config.json`); then VLLM_FORK_OCI_USERNAME/VLLM_FORK_OCI_PASSWORD.
-`auths` keys written as URLs (`https://host/v1/`) match their host, as in the CLI.
+`auths` keys written as URLs (`https://host/v1/`) match their host, and Docker Hub's
+names one another, as in the CLI.
 
 Not the Docker SDK's `docker.auth`: importing it loads `requests` and the SDK on every
 `invoke` start, for what is these few documented rules.
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_fork.core.errors import ConfigError, ForkError
+from vllm_fork.core.image_ref import DOCKER_HUB_ALIASES, DOCKER_HUB_API
 
 CONFIG_ENV = "DOCKER_CONFIG"
 USER_ENV, PASSWORD_ENV = "VLLM_FORK_OCI_USERNAME", "VLLM_FORK_OCI_PASSWORD"
@@ -69,8 +71,9 @@ def load_config() -> tuple[dict, Path]:
 
 
 def _host_of(key: str) -> str:
-    """An `auths` key's host, as the CLI matches them (`https://host/v1/` -> `host`)."""
-    return key.removeprefix("https://").removeprefix("http://").split("/", 1)[0]
+    """An `auths` key's host, as the CLI matches them (`https://host/v1/` -> `host`; Docker Hub's names alike)."""
+    host = key.removeprefix("https://").removeprefix("http://").split("/", 1)[0]
+    return DOCKER_HUB_API if host.lower() in DOCKER_HUB_ALIASES else host
 
 
 def find_credentials(auth_key: str) -> Credentials | None:
