@@ -10,7 +10,8 @@ import pytest
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.paths import REPO_ROOT
-from vllm_fork.image.dockerfile import dockerfile_args, stage_config
+from vllm_fork.image.dockerfile import base_image, dockerfile_args, stage_config
+from vllm_fork.upstream.pin import load_pin
 
 BASE_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/bin", "LANG=C.UTF-8"]
 
@@ -79,3 +80,18 @@ def test_the_fork_dockerfile_image_stage(tmp_path):
     assert got["Labels"]["org.opencontainers.image.base.name"] == "vllm/vllm-openai:v0.34.0"
     assert got["Healthcheck"]["Test"][:2] == ["CMD", "python3"] and got["Healthcheck"]["StartPeriod"] == 600 * 10**9
     assert dockerfile_args(REPO_ROOT / "Dockerfile")["VLLM_BASE_IMAGE"] == "vllm/vllm-openai"
+
+
+def test_base_image_by_digest_and_refused_forms():
+    pin = load_pin(REPO_ROOT)
+    digest = "sha256:" + "cd" * 32
+    base = base_image(REPO_ROOT / "Dockerfile", pin, None, f"127.0.0.1:5000/mirror/vllm@{digest}")
+    assert base == {
+        "VLLM_BASE_IMAGE": "127.0.0.1:5000/mirror/vllm",
+        "VLLM_BASE_TAG": pin.tag,
+        "VLLM_BASE_DIGEST": digest,
+    }
+    with pytest.raises(ForkError, match="give the repository only"):
+        base_image(REPO_ROOT / "Dockerfile", pin, None, "127.0.0.1:5000/mirror/vllm:v1")
+    with pytest.raises(ForkError, match="name two digests"):
+        base_image(REPO_ROOT / "Dockerfile", pin, "sha256:" + "ef" * 32, f"mirror/vllm@{digest}")

@@ -20,6 +20,7 @@ from dockerfile_parse.util import WordSplitter
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import write_atomic
+from vllm_fork.core.image_ref import ImageRef
 from vllm_fork.image.wheel import ForkWheel
 from vllm_fork.upstream.pin import Pin
 
@@ -168,12 +169,21 @@ def duration_ns(text: str, where: str) -> int:
     return round(sum(float(n) * units[u] for n, u in parts))
 
 
-def base_image(dockerfile: Path, pin: Pin, digest: str | None = None) -> dict[str, str]:
+def base_image(dockerfile: Path, pin: Pin, digest: str | None = None, repository: str | None = None) -> dict[str, str]:
     """The base image build args: upstream's image at the pinned tag, by digest when known.
 
     The Dockerfile's default digest belongs to its default tag; it is used only while the
     pin still names that tag (after a rebase the old digest would pull the old release).
+    `repository` (--base-image) replaces the Dockerfile's; `REPO@sha256:...` pins it by digest.
     """
+    if repository:
+        given = ImageRef.parse(repository).digest  # checks the name and the digest
+        repository = repository.partition("@")[0]
+        if ":" in repository.rsplit("/", 1)[-1]:
+            raise ForkError(f"--base-image {repository}: give the repository only (the tag is the pin's, {pin.tag})")
+        if given and digest and given != digest:
+            raise ForkError(f"--base-image {repository}@{given} and --base-digest {digest} name two digests; give one")
+        digest = given or digest
     defaults = dockerfile_args(dockerfile)
     missing = [a for a in BASE_ARGS if a not in defaults]
     if missing:
@@ -190,7 +200,7 @@ def base_image(dockerfile: Path, pin: Pin, digest: str | None = None) -> dict[st
     if digest and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         raise ForkError(f"base digest {digest!r} is not of the form sha256:<64 hex digits>")
     return {
-        "VLLM_BASE_IMAGE": defaults["VLLM_BASE_IMAGE"],
+        "VLLM_BASE_IMAGE": repository or defaults["VLLM_BASE_IMAGE"],
         "VLLM_BASE_TAG": pin.tag,
         "VLLM_BASE_DIGEST": digest,
     }

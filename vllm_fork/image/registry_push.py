@@ -463,9 +463,7 @@ def run(
             f"{fork_wheel.path.name} is not the build of the current pin and series:{detail}\n"
             "Run `invoke build` to rebuild it (or pass --allow-stale to ship it anyway)."
         )
-    base = base_image(root / DOCKERFILE, pin, base_digest)
-    if base_repository:
-        base["VLLM_BASE_IMAGE"] = base_repository
+    base = base_image(root / DOCKERFILE, pin, base_digest, base_repository)
     base_ref = f"{base['VLLM_BASE_IMAGE']}:{base['VLLM_BASE_TAG']}"
     labels = {**base, **image_labels(fork_wheel, base, fork_revision(root))}
     platform = check_platform(platform, fork_wheel.platform)
