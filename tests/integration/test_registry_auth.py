@@ -17,14 +17,22 @@ import base64
 import hashlib
 import json
 import os
-import shutil
-import stat
-import subprocess
 import time
 import urllib.request
 
 import pytest
-from support.registry import need_registry, start_registry, stop_registry
+from support.dockerlogin import (
+    PASSWORD,
+    USER,
+    auth_entry,
+    empty_docker_config,
+    install_helper,
+    make_htpasswd,
+    need_login_tools,
+    trust_ca,
+    write_config,
+)
+from support.registry import start_registry, stop_registry
 from support.tlscerts import make_server_cert
 from support.tokenservice import token_service
 
@@ -34,20 +42,13 @@ from vllm_fork.image import registry_push
 from vllm_fork.image.base import OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST
 from vllm_fork.ops import oci
 
-USER, PASSWORD = "alice", "pa:ss w0rd"  # a colon and a space: the login is split at the first colon only
 KEY = "0123456789abcdef" * 4
 
 
 @pytest.fixture(scope="module")
 def htpasswd(tmp_path_factory):
-    need_registry()
-    for tool, package in (("htpasswd", "apache2-utils"), ("openssl", "openssl")):
-        if shutil.which(tool) is None:
-            pytest.skip(f"no {tool} (Debian's {package} package: scripts/setup-docker.sh)")
-    path = tmp_path_factory.mktemp("htpasswd") / "htpasswd"
-    out = subprocess.run(["htpasswd", "-Bbn", USER, PASSWORD], check=True, capture_output=True).stdout
-    path.write_bytes(out)
-    return path
+    need_login_tools()
+    return make_htpasswd(tmp_path_factory.mktemp("htpasswd"), USER, PASSWORD)
 
 
 @pytest.fixture(scope="module")
@@ -71,46 +72,7 @@ def tls_registry(htpasswd, tls):
 
 @pytest.fixture
 def docker_config(tmp_path, monkeypatch):
-    """An empty Docker config directory, the only one the tool may read."""
-    config = tmp_path / "docker"
-    config.mkdir()
-    monkeypatch.setenv("DOCKER_CONFIG", str(config))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    for name in ("VLLM_FORK_OCI_USERNAME", "VLLM_FORK_OCI_PASSWORD", "VLLM_FORK_OCI_INSECURE", "SSL_CERT_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    return config
-
-
-def write_config(config_dir, data: dict) -> None:
-    (config_dir / "config.json").write_text(json.dumps(data))
-
-
-def auth_entry(user: str, password: str) -> dict:
-    return {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}
-
-
-def install_helper(tmp_path, monkeypatch, logins: dict[str, tuple[str, str]]) -> os.PathLike:
-    """`docker-credential-vftest` on PATH: answers `get` from `logins`, logs what it was asked."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    asked = tmp_path / "helper-asked.log"
-    table = {k: {"ServerURL": k, "Username": u, "Secret": s} for k, (u, s) in logins.items()}
-    script = bindir / "docker-credential-vftest"
-    script.write_text(
-        "#!/usr/bin/env python3\n"
-        "import json, sys\n"
-        f"TABLE = {json.dumps(table)!r}\n"
-        "assert sys.argv[1:] == ['get'], sys.argv\n"
-        "server = sys.stdin.read().strip()\n"
-        f"open({str(asked)!r}, 'a').write(server + '\\n')\n"
-        "entry = json.loads(TABLE).get(server)\n"
-        "if entry is None:\n"
-        "    print('credentials not found in native keychain'); sys.exit(1)\n"
-        "print(json.dumps(entry))\n"
-    )
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    return asked
+    return empty_docker_config(tmp_path, monkeypatch)
 
 
 def artifact(tmp_path):
@@ -207,8 +169,7 @@ def test_a_wrong_or_missing_login_says_where_it_came_from_never_the_password(htt
 def test_password_file_over_tls_with_a_certs_d_ca_and_a_credential_store(
     tls_registry, tls, docker_config, tmp_path, monkeypatch
 ):
-    (docker_config / "certs.d" / tls_registry.host).mkdir(parents=True)
-    (docker_config / "certs.d" / tls_registry.host / "ca.crt").write_bytes(tls.ca.read_bytes())
+    trust_ca(docker_config, tls_registry.host, tls.ca)
     asked = install_helper(tmp_path, monkeypatch, {tls_registry.host: (USER, PASSWORD)})
     write_config(docker_config, {"credsStore": "vftest"})
     publish_and_fetch(tls_registry, tmp_path / "store")
@@ -230,8 +191,7 @@ def test_tls_without_the_ca_names_where_to_put_it(tls_registry, docker_config, t
 
 
 def test_a_credential_store_that_is_not_installed_is_named(tls_registry, tls, docker_config, tmp_path):
-    (docker_config / "certs.d" / tls_registry.host).mkdir(parents=True)
-    (docker_config / "certs.d" / tls_registry.host / "ca.crt").write_bytes(tls.ca.read_bytes())
+    trust_ca(docker_config, tls_registry.host, tls.ca)
     write_config(docker_config, {"credsStore": "no-such-helper"})
     path, sha = artifact(tmp_path)
     with pytest.raises(ForkError, match="docker-credential-no-such-helper is not on PATH"):
