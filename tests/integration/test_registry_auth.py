@@ -33,7 +33,7 @@ from support.dockerlogin import (
     write_config,
 )
 from support.registry import start_registry, stop_registry
-from support.tlscerts import make_server_cert
+from support.tlscerts import make_client_cert, make_server_cert
 from support.tokenservice import token_service
 
 from vllm_fork.core.errors import ForkError
@@ -224,3 +224,19 @@ def test_token_auth_with_the_login_at_the_token_service_renewed_at_expires_in(
     asked = len(service.requests)
     time.sleep(2.5)
     assert client.has_blob(f"sha256:{sha}") and len(service.requests) == asked + 1
+
+
+def test_a_client_certificate_from_certs_d(tls, docker_config, tmp_path):
+    reg = start_registry(tls=tls, client_certs=True)
+    try:
+        trust_ca(docker_config, reg.host, tls.ca)
+        path, sha = artifact(tmp_path)
+        remote = f"oci://{reg.host}/team/vllm-ops"
+        with pytest.raises(ForkError, match=f"certs.d/{reg.host}/client.cert"):  # no client certificate
+            oci.push(remote, KEY, path, sha)
+        cert, key = make_client_cert(tls)
+        (docker_config / "certs.d" / reg.host / "client.cert").write_bytes(cert.read_bytes())
+        (docker_config / "certs.d" / reg.host / "client.key").write_bytes(key.read_bytes())
+        publish_and_fetch(reg, tmp_path / "with-cert")
+    finally:
+        stop_registry(reg)

@@ -55,15 +55,21 @@ def _free_port() -> int:
 
 
 def start_registry(
-    htpasswd: Path | None = None, tls: ServerCert | None = None, token: dict[str, str] | None = None
+    htpasswd: Path | None = None,
+    tls: ServerCert | None = None,
+    token: dict[str, str] | None = None,
+    client_certs: bool = False,
 ) -> TestRegistry:
-    """`token`: realm, service, issuer and rootcertbundle (the token service's certificate)."""
+    """`token`: realm, service, issuer and rootcertbundle (the token service's certificate);
+    `client_certs`: TLS clients must show a certificate `tls`'s CA signed."""
     root = Path(tempfile.mkdtemp(prefix="vf-registry-"))
     port = _free_port()
     config = root / "config.yml"
     extra = ""
     if tls:
         extra += f"  tls:\n    certificate: {tls.cert}\n    key: {tls.key}\n"
+        if client_certs:
+            extra += f"    clientcas:\n      - {tls.ca}\n"
     if htpasswd:
         extra += f"auth:\n  htpasswd:\n    realm: vllm-fork-test\n    path: {htpasswd}\n"
     if token:
@@ -83,6 +89,8 @@ def start_registry(
         except urllib.error.HTTPError as exc:
             exc.close()  # up, and asking for a login
             return TestRegistry(f"127.0.0.1:{port}", root, proc)
+        except ssl.SSLError:
+            return TestRegistry(f"127.0.0.1:{port}", root, proc)  # up, and asking for a client certificate
         except OSError:
             if proc.poll() is not None:
                 break

@@ -29,3 +29,14 @@ def make_server_cert(directory: Path, ip: str = "127.0.0.1") -> ServerCert:
     _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
              "-days", "2", "-extfile", "san.ext", "-out", "server.crt", cwd=directory)  # fmt: skip
     return ServerCert(directory / "ca.crt", directory / "server.crt", directory / "server.key")
+
+
+def make_client_cert(server: ServerCert, name: str = "client") -> tuple[Path, Path]:
+    """A client certificate the server's CA signed: (certificate, key), named as certs.d wants them."""
+    directory = server.ca.parent
+    (directory / f"{name}.ext").write_text("extendedKeyUsage=clientAuth\n")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key",
+             "-out", f"{name}.csr", cwd=directory)  # fmt: skip
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.cert", cwd=directory)  # fmt: skip
+    return directory / f"{name}.cert", directory / f"{name}.key"

@@ -85,16 +85,29 @@ class Registry:
 
     def _probe_scheme(self) -> str:
         try:
-            with self._opener(True).open(f"https://{self.endpoint.host}/v2/", timeout=TIMEOUT):
+            with self._send(self._opener(True), urllib.request.Request(f"https://{self.endpoint.host}/v2/")):
                 return "https"
         except urllib.error.HTTPError as exc:
             exc.close()
             return "https"  # it answered over TLS (401 or otherwise)
         except urllib.error.URLError as exc:
-            not_tls = isinstance(exc.reason, ssl.SSLError | ConnectionResetError)
-            if not_tls and not isinstance(exc.reason, ssl.SSLCertVerificationError):
+            reason = exc.reason
+            if isinstance(reason, ssl.SSLError) and "ALERT" in (reason.reason or ""):
+                return "https"  # a TLS registry refusing the handshake (say, no client certificate)
+            not_tls = isinstance(reason, ssl.SSLError | ConnectionResetError)
+            if not_tls and not isinstance(reason, ssl.SSLCertVerificationError):
                 return "http"  # a plain-HTTP registry: the TLS handshake met HTTP (or a closed connection)
             raise
+
+    @staticmethod
+    def _send(opener: urllib.request.OpenerDirector, request: urllib.request.Request) -> http.client.HTTPResponse:
+        """The response; a TLS or connection error met after the handshake is a URLError too."""
+        try:
+            return opener.open(request, timeout=TIMEOUT)
+        except urllib.error.URLError:
+            raise
+        except (OSError, http.client.HTTPException) as exc:
+            raise urllib.error.URLError(exc) from None
 
     def url(self, path: str) -> str:
         return f"{self.base}/v2/{self.repository}/{path}"
@@ -135,7 +148,7 @@ class Registry:
         for attempt in (1, 2):
             body = open(data, "rb") if isinstance(data, Path) else data  # noqa: SIM115 (closed below)
             try:
-                return opener.open(self._request(method, url, body, headers), timeout=TIMEOUT)  # type: ignore[arg-type]
+                return self._send(opener, self._request(method, url, body, headers))  # type: ignore[arg-type]
             except urllib.error.HTTPError as exc:
                 if exc.code != 401:
                     raise
@@ -150,10 +163,15 @@ class Registry:
         raise AssertionError("unreachable: the second 401 raised above")
 
     def describe(self, exc: urllib.error.URLError) -> str:
-        """A network error, with what to do about an untrusted certificate."""
+        """A network error, with what to do about an untrusted or a missing certificate."""
+        certs_d = config_dir() / "certs.d" / self.endpoint.host
         if isinstance(exc.reason, ssl.SSLCertVerificationError):
-            ca = config_dir() / "certs.d" / self.endpoint.host / "ca.crt"
-            return f"{exc.reason.verify_message or exc.reason}; if the registry's CA is private, put it in {ca}"
+            return f"{exc.reason.verify_message or exc.reason}; if the registry's CA is private, put it in {certs_d}/ca.crt"
+        if isinstance(exc.reason, ssl.SSLError) and "ALERT" in (exc.reason.reason or ""):
+            return (
+                f"the registry refused the TLS handshake ({exc.reason.reason}); if it wants a client "
+                f"certificate, put it in {certs_d}/client.cert and its key in {certs_d}/client.key"
+            )
         return str(exc.reason)
 
     # -- blobs and manifests --
