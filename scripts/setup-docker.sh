@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The image tests' system packages, from Debian: a Docker engine (dockerd, containerd, runc,
 # and Debian's client, whose `docker build` drives the engine's BuildKit), the CNCF
-# distribution registry, and mmdebstrap (the stand-in base's root filesystem).
+# distribution registry, mmdebstrap (the stand-in base's root filesystem), and for the
+# registry login tests htpasswd (apache2-utils: the registry's bcrypt password file) and
+# openssl (their private CA and TLS certificate).
 # Needs root and apt (CI runs as root on a fresh Debian machine). Safe to re-run.
 # Without it the image tests skip, saying why (tests/support/dockerd.py).
 set -euo pipefail
-packages=(docker.io docker-registry mmdebstrap)
+packages=(docker.io docker-registry mmdebstrap apache2-utils openssl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -26,8 +26,10 @@ import pytest
 from support.image_probe import PROBE
 from support.scratch import module_scratch
 
+from vllm_fork.core.image_ref import ImageRef
 from vllm_fork.image import base as standin_base
 from vllm_fork.image import registry_push
+from vllm_fork.ops.oci import Registry
 from vllm_fork.upstream.pin import load_pin
 from vllm_fork_testkit.fork_copy import fork_with_wheel
 
@@ -167,10 +169,10 @@ def _layer_figures(data: bytes) -> tuple[int, int, int]:
 
 def _pushed_top_layer(dockerd, ref: str) -> tuple[int, int, int]:
     """A pushed image's last layer, read from the registry."""
-    parsed = registry_push.Ref.parse(ref)
-    reg = parsed.registry()
+    parsed = ImageRef.parse(ref)
+    reg = Registry.of_image(parsed)
     platform = dockerd.docker("version", "--format", "{{.Server.Os}}/{{.Server.Arch}}").stdout.decode().strip()
-    manifest, _ = registry_push.platform_manifest(reg, parsed.tag, platform)
+    manifest, _ = registry_push.platform_manifest(reg, parsed.reference, platform)
     return _layer_figures(gzip.decompress(registry_push.get_blob(reg, json.loads(manifest)["layers"][-1]["digest"])))
 
 

@@ -14,12 +14,25 @@ import gzip
 import hashlib
 import io
 import json
+import ssl
 import tarfile
 import urllib.request
 import zipfile
 
 import pytest
+from support.dockerlogin import (
+    PASSWORD,
+    USER,
+    empty_docker_config,
+    install_helper,
+    make_htpasswd,
+    need_login_tools,
+    trust_ca,
+    write_config,
+)
+from support.registry import start_registry, stop_registry
 from support.scratch import module_scratch
+from support.tlscerts import make_server_cert
 
 from vllm_fork.image import registry_push
 from vllm_fork.image.base import LABEL_PYTHON, LABEL_SITE_PACKAGES, OCI_CONFIG, OCI_LAYER_GZIP, OCI_MANIFEST
@@ -150,3 +163,40 @@ def test_push_appends_one_reproducible_layer_holding_the_delta(registry, fork, t
     assert "usr/local/bin/vllm" in data and members["usr/local/bin/vllm"].mode == 0o755
     # Only the delta: a handful of files, not the package.
     assert len(data) < 60 and len(layer_gz) < 2**20
+
+
+def test_push_to_a_registry_over_tls_that_wants_the_login_of_a_credential_helper(fork, tmp_path, monkeypatch):
+    """The whole `docker --push` (base read, layers mounted, config and manifest) with a login."""
+    need_login_tools()
+    root, result = fork
+    pin = load_pin(root)
+    tls = make_server_cert(tmp_path / "tls")
+    reg = start_registry(htpasswd=make_htpasswd(tmp_path, USER, PASSWORD), tls=tls)
+    try:
+        config = empty_docker_config(tmp_path, monkeypatch)
+        trust_ca(config, reg.host, tls.ca)
+        install_helper(tmp_path, monkeypatch, {reg.host: (USER, PASSWORD)})
+        write_config(config, {"credsStore": "vftest"})
+        base = reg.ref("base/vllm-openai", pin.tag)
+        registry_push.push_layout(one_layer_base(tmp_path / "base"), base)
+        pushed = registry_push.push_image(
+            root=root,
+            pin=pin,
+            wheel=load_wheel(result.wheel),
+            base=base,
+            labels={"VLLM_BASE_IMAGE": f"{reg.host}/base/vllm-openai", "VLLM_BASE_TAG": pin.tag},
+            tags=[reg.ref("fork/vllm-openai", "prod")],
+            platform="linux/amd64",
+            log=lambda m: None,
+        )
+        # Read back without the tool: the login as Basic, the CA as the only trust.
+        login = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        request = urllib.request.Request(
+            f"https://{reg.host}/v2/fork/vllm-openai/manifests/prod",
+            headers={"Accept": registry_push.OCI_MANIFEST, "Authorization": f"Basic {login}"},
+        )
+        context = ssl.create_default_context(cafile=str(tls.ca))
+        with urllib.request.urlopen(request, context=context) as resp:
+            assert "sha256:" + hashlib.sha256(resp.read()).hexdigest() == pushed.digest
+    finally:
+        stop_registry(reg)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import time
 
 import pytest
 from support.buildtrees import fork_root
@@ -11,6 +13,7 @@ from support.ociregistry import registry
 from test_opscache import KEY, make_artifact
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.image_ref import INSECURE_ENV
 from vllm_fork.ops import cache as opscache
 from vllm_fork.ops import oci
 
@@ -48,7 +51,7 @@ def test_fetch_blob_by_digest_with_the_token_dance_and_a_redirect(root, stored):
 
 def test_insecure_env_reaches_a_plain_http_registry_with_oci_scheme(root, stored, monkeypatch):
     entry, path, data = stored
-    monkeypatch.setenv(oci.INSECURE_ENV, "1")
+    monkeypatch.setenv(INSECURE_ENV, "1")
     with registry(auth=False) as reg:
         reg.blobs[(REPO, f"sha256:{entry.sha256}")] = data
         path.unlink()
@@ -119,3 +122,74 @@ def test_publish_pushes_blob_and_a_manifest_tagged_with_the_key(root, stored, tm
         opscache.add_remote(remote, root)
         _, got = opscache.get(KEY, root)
         assert got.read_bytes() == data
+
+
+# -- logins and tokens (the password-file registries are in tests/integration/test_registry_auth.py) --
+
+
+@pytest.fixture
+def docker_config(tmp_path, monkeypatch):
+    """An empty Docker config directory, the only one the tool may read."""
+    config = tmp_path / "docker"
+    config.mkdir()
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    monkeypatch.delenv("VLLM_FORK_OCI_USERNAME", raising=False)
+    monkeypatch.delenv("VLLM_FORK_OCI_PASSWORD", raising=False)
+    return config
+
+
+def login(config, host: str, entry: dict) -> None:
+    (config / "config.json").write_text(json.dumps({"auths": {host: entry}}))
+
+
+def basic(user: str, password: str) -> dict:
+    return {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def test_the_token_service_gets_the_docker_login_and_a_token_is_renewed_before_it_runs_out(
+    stored, tmp_path, docker_config
+):
+    entry, path, data = stored
+    with registry(users={"alice": "pw"}, expires_in=1) as reg:
+        login(docker_config, reg.host, basic("alice", "pw"))
+        client = oci.Registry.parse(f"oci://{reg.host}/{REPO}")  # loopback, no hint: HTTPS refused, so HTTP
+        client.push_blob(path, f"sha256:{entry.sha256}")
+        fetched = len(reg.token_requests)
+        assert client.base == f"http://{reg.host}" and fetched
+        assert all(a == "Basic " + base64.b64encode(b"alice:pw").decode() for _m, a, _f in reg.token_requests)
+        assert all(f["account"] == "alice" for _m, _a, f in reg.token_requests)
+        time.sleep(1.2)  # past expires_in: the next request must carry a new token, not meet a 401
+        client.fetch_blob(entry.sha256, tmp_path / "again.zip")
+        assert len(reg.token_requests) > fetched and reg.expired_uses == 0
+        assert (tmp_path / "again.zip").read_bytes() == data
+
+
+def test_a_401_in_the_middle_of_an_upload_renews_the_token_and_sends_the_body_again(stored, docker_config):
+    entry, path, data = stored
+    with registry(users={"alice": "pw"}, revoke_on_upload=True) as reg:
+        login(docker_config, reg.host, basic("alice", "pw"))
+        oci.push(f"oci+http://{reg.host}/{REPO}", KEY, path, entry.sha256)
+        assert reg.blobs[(REPO, f"sha256:{entry.sha256}")] == data
+        puts = [code for method, p, code in reg.statuses if method == "PUT" and "/blobs/uploads/" in p]
+        assert puts[:2] == [401, 201]  # refused once the upload had started, then taken whole
+
+
+def test_an_identity_token_is_exchanged_with_refresh_token_grant(stored, docker_config):
+    entry, path, data = stored
+    with registry(users={"alice": "pw"}, identity_tokens=("refresh-me",)) as reg:
+        login(docker_config, reg.host, {"identitytoken": "refresh-me"})
+        oci.push(f"oci+http://{reg.host}/{REPO}", KEY, path, entry.sha256)
+        assert {m for m, _a, _f in reg.token_requests} == {"POST"}
+        assert reg.blobs[(REPO, f"sha256:{entry.sha256}")] == data
+
+
+def test_a_refused_login_names_its_source_and_never_the_password(stored, docker_config, monkeypatch):
+    entry, path, _ = stored
+    with registry(users={"alice": "pw"}) as reg:
+        monkeypatch.setenv("VLLM_FORK_OCI_USERNAME", "alice")
+        monkeypatch.setenv("VLLM_FORK_OCI_PASSWORD", "wrong-secret")
+        with pytest.raises(ForkError) as refused:
+            oci.push(f"oci+http://{reg.host}/{REPO}", KEY, path, entry.sha256)
+    message = str(refused.value)
+    assert "refused the login from VLLM_FORK_OCI_USERNAME/VLLM_FORK_OCI_PASSWORD" in message
+    assert f"docker login {reg.host}" in message and "wrong-secret" not in message

@@ -1,15 +1,26 @@
-"""The Dockerfile and the `docker buildx build` commands: build arguments, base image, labels."""
+"""The Dockerfile and the `docker buildx build` commands: build arguments, base image, labels.
+
+The Dockerfile is read with `dockerfile-parse` (continuations, comments, the escape
+directive, both ENV/LABEL forms, variable expansion), not by hand.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shlex
 from pathlib import Path
+from typing import Any
+
+from dockerfile_parse import DockerfileParser
+from dockerfile_parse.parser import image_from
+from dockerfile_parse.util import WordSplitter
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import write_atomic
+from vllm_fork.core.image_ref import ImageRef
 from vllm_fork.image.wheel import ForkWheel
 from vllm_fork.upstream.pin import Pin
 
@@ -19,16 +30,26 @@ BASE_ARGS = ("VLLM_BASE_IMAGE", "VLLM_BASE_TAG", "VLLM_BASE_DIGEST")
 LABEL_PREFIX = "vllm-fork"
 
 
+def parse(dockerfile: Path, build_args: dict[str, str] | None = None, base_env: dict | None = None) -> Any:
+    """The Dockerfile's parser; `base_env` is the environment a stage's base image sets."""
+    try:
+        data = dockerfile.read_bytes()
+    except OSError as exc:
+        raise ForkError(f"cannot read {dockerfile}: {exc.strerror or exc}") from None
+    return DockerfileParser(
+        fileobj=io.BytesIO(data), env_replace=True, build_args=dict(build_args or {}), parent_env=dict(base_env or {})
+    )
+
+
 def dockerfile_args(dockerfile: Path) -> dict[str, str]:
     """The defaults of the global `ARG`s (those before the first FROM)."""
     args: dict[str, str] = {}
-    for line in logical_lines(dockerfile.read_text()):
-        word, _, rest = line.partition(" ")
-        if word.upper() == "FROM":
+    for insn in parse(dockerfile).structure:
+        if insn["instruction"] == "FROM":
             break
-        if word.upper() == "ARG":
-            name, eq, default = rest.strip().partition("=")
-            args[name] = default.strip().strip('"') if eq else ""
+        if insn["instruction"] == "ARG":
+            name, eq, default = insn["value"].strip().partition("=")
+            args[name] = WordSplitter(default).dequote() if eq else ""
     return args
 
 
@@ -52,28 +73,117 @@ def retarget_base(dockerfile: Path, old_tag: str, new_tag: str) -> bool:
 
 
 def logical_lines(text: str) -> list[str]:
-    """Dockerfile instructions with continuations joined and comments dropped."""
-    lines, current = [], ""
-    for raw in text.splitlines():
-        stripped = raw.strip()
-        if stripped.startswith("#") or not stripped:
-            continue
-        if stripped.endswith("\\"):
-            current += stripped[:-1] + " "
-            continue
-        lines.append((current + stripped).strip())
-        current = ""
-    if current:
-        lines.append(current.strip())
-    return lines
+    """Dockerfile instructions (keyword upper-cased) with continuations joined and comments dropped."""
+    parser = DockerfileParser(fileobj=io.BytesIO(text.encode()), env_replace=False)
+    return [f"{i['instruction']} {i['value'].strip()}" for i in parser.structure if i["instruction"] != "COMMENT"]
 
 
-def base_image(dockerfile: Path, pin: Pin, digest: str | None = None) -> dict[str, str]:
+HEALTHCHECK_OPTIONS = {
+    "interval": "Interval",
+    "timeout": "Timeout",
+    "start-period": "StartPeriod",
+    "start-interval": "StartInterval",
+    "retries": "Retries",
+}
+_MODIFIER = re.compile(r"\$\{\w+:[-+?]")
+
+
+def stage_config(dockerfile: Path, stage: str, build_args: dict[str, str], base_env: list[str]) -> dict:
+    """What a stage sets in the image config: Labels, Env, ExposedPorts, Healthcheck, Entrypoint, Cmd.
+
+    Variables expand as `docker build` expands them: the build arguments, the stage's
+    ARGs and ENVs, and the base image's environment (`base_env`, its `KEY=value` list),
+    so `ENV PATH=/opt/bin:${PATH}` extends the base's PATH. A shell-form ENTRYPOINT or CMD
+    becomes `["/bin/sh", "-c", ...]` and a shell-form HEALTHCHECK `CMD-SHELL`, as Docker
+    makes them. Entrypoint and Cmd are None when the stage does not set them.
+    """
+    env = {key: value for key, _, value in (e.partition("=") for e in base_env)}
+    parser = parse(dockerfile, build_args, env)
+    out: dict[str, Any] = {"Labels": {}, "Env": {}, "ExposedPorts": {}, "Healthcheck": None}
+    out["Entrypoint"] = out["Cmd"] = None
+    current: str | None = None
+    for insn, context in zip(parser.structure, parser.context_structure, strict=True):
+        word, value, line = insn["instruction"], insn["value"].strip(), insn["startline"] + 1
+        if word == "FROM":
+            current = image_from(value)[1]
+            continue
+        if current != stage:
+            continue
+        where = f"{dockerfile}:{line}"
+        if word in ("ENV", "LABEL") and _MODIFIER.search(value):
+            raise ForkError(
+                f"{where}: {word} uses ${{NAME:-...}}-style expansion, which the registry route does not "
+                "read; write it with plain ${NAME}"
+            )
+        if word == "ENV":
+            out["Env"].update(context.line_envs)
+        elif word == "LABEL":
+            out["Labels"].update(context.line_labels)
+        elif word == "EXPOSE":
+            for port in WordSplitter(value, args=context.args, envs=context.envs).split():
+                out["ExposedPorts"][port if "/" in port else f"{port}/tcp"] = {}
+        elif word in ("ENTRYPOINT", "CMD"):
+            out["Entrypoint" if word == "ENTRYPOINT" else "Cmd"] = command(value)
+        elif word == "HEALTHCHECK":
+            out["Healthcheck"] = healthcheck(value, where)
+    return out
+
+
+def command(value: str) -> list[str]:
+    """An exec-form (JSON array of strings) or shell-form instruction's argument list."""
+    if value.startswith("["):
+        try:
+            argv = json.loads(value)
+        except ValueError:
+            argv = None
+        if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+            return argv
+    # Docker takes what is not a JSON array of strings as shell form.
+    return ["/bin/sh", "-c", value]
+
+
+def healthcheck(value: str, where: str) -> dict:
+    """HEALTHCHECK [--option=value ...] CMD ... | NONE, as the image config's Healthcheck."""
+    match = re.fullmatch(r"((?:--[\w-]+=\S+\s+)*)(CMD|NONE)\b\s*(.*)", value, re.IGNORECASE | re.DOTALL)
+    if not match:
+        raise ForkError(f"{where}: cannot read HEALTHCHECK {value!r} (expected [--option=value ...] CMD ... or NONE)")
+    if match[2].upper() == "NONE":
+        return {"Test": ["NONE"]}
+    argv = command(match[3])
+    check: dict[str, Any] = {"Test": ["CMD", *argv] if argv[:2] != ["/bin/sh", "-c"] else ["CMD-SHELL", match[3]]}
+    for option in match[1].split():
+        name, _, text = option[2:].partition("=")
+        key = HEALTHCHECK_OPTIONS.get(name)
+        if key is None:
+            raise ForkError(f"{where}: unknown HEALTHCHECK option --{name}")
+        check[key] = int(text) if key == "Retries" else duration_ns(text, where)
+    return check
+
+
+def duration_ns(text: str, where: str) -> int:
+    """A Go duration (`30s`, `1m30s`, `500ms`) in nanoseconds, as Docker reads HEALTHCHECK's."""
+    units = {"ns": 1, "us": 10**3, "µs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ForkError(f"{where}: cannot read the duration {text!r} in HEALTHCHECK (e.g. 30s, 1m30s)")
+    return round(sum(float(n) * units[u] for n, u in parts))
+
+
+def base_image(dockerfile: Path, pin: Pin, digest: str | None = None, repository: str | None = None) -> dict[str, str]:
     """The base image build args: upstream's image at the pinned tag, by digest when known.
 
     The Dockerfile's default digest belongs to its default tag; it is used only while the
     pin still names that tag (after a rebase the old digest would pull the old release).
+    `repository` (--base-image) replaces the Dockerfile's; `REPO@sha256:...` pins it by digest.
     """
+    if repository:
+        given = ImageRef.parse(repository).digest  # checks the name and the digest
+        repository = repository.partition("@")[0]
+        if ":" in repository.rsplit("/", 1)[-1]:
+            raise ForkError(f"--base-image {repository}: give the repository only (the tag is the pin's, {pin.tag})")
+        if given and digest and given != digest:
+            raise ForkError(f"--base-image {repository}@{given} and --base-digest {digest} name two digests; give one")
+        digest = given or digest
     defaults = dockerfile_args(dockerfile)
     missing = [a for a in BASE_ARGS if a not in defaults]
     if missing:
@@ -90,7 +200,7 @@ def base_image(dockerfile: Path, pin: Pin, digest: str | None = None) -> dict[st
     if digest and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         raise ForkError(f"base digest {digest!r} is not of the form sha256:<64 hex digits>")
     return {
-        "VLLM_BASE_IMAGE": defaults["VLLM_BASE_IMAGE"],
+        "VLLM_BASE_IMAGE": repository or defaults["VLLM_BASE_IMAGE"],
         "VLLM_BASE_TAG": pin.tag,
         "VLLM_BASE_DIGEST": digest,
     }

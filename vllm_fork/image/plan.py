@@ -136,9 +136,7 @@ def plan_image(
                 "Run `invoke build` to rebuild it (or pass --allow-stale to ship it anyway)."
             )
         notes.append(f"warning: shipping a stale wheel:{detail}")
-    base = base_image(root / DOCKERFILE, pin, base_digest)
-    if base_image_name:
-        base["VLLM_BASE_IMAGE"] = base_image_name
+    base = base_image(root / DOCKERFILE, pin, base_digest, base_image_name)
     if not base["VLLM_BASE_DIGEST"]:
         notes.append(
             f"note: the base {base_ref(base)} is pinned by tag only; pin its digest with "

@@ -34,8 +34,6 @@ import io
 import json
 import marshal
 import os
-import re
-import shlex
 import sys
 import tarfile
 import tempfile
@@ -44,13 +42,13 @@ import urllib.parse
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.core.image_ref import ImageRef
 from vllm_fork.core.log import LogFn
 from vllm_fork.core.paths import REPO_ROOT, patches_dir
 from vllm_fork.image.base import LABEL_PYTHON, LABEL_SITE_PACKAGES
-from vllm_fork.image.dockerfile import DOCKERFILE, base_image, check_platform, image_labels, logical_lines
+from vllm_fork.image.dockerfile import DOCKERFILE, base_image, check_platform, image_labels, stage_config
 from vllm_fork.image.plan import fork_revision
 from vllm_fork.image.wheel import ForkWheel, find_wheel, load_wheel, stale_reasons, strip_userinfo
 from vllm_fork.ops.oci import Registry
@@ -82,36 +80,17 @@ if __name__ == '__main__':
     sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
     sys.exit({attr}())
 """
-LOOPBACK = re.compile(r"^(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$")
 
 
-# --- references and registries ---------------------------------------------------------
+# --- manifests and blobs ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Ref:
-    host: str
-    repository: str
-    tag: str
-
-    @classmethod
-    def parse(cls, ref: str) -> Ref:
-        name, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
-        host, _, repo = name.partition("/")
-        if not repo or not ("." in host or ":" in host or host == "localhost"):
-            host, repo = "registry-1.docker.io", name if "/" in name else f"library/{name}"
-        if not tag or "@" in ref:
-            raise ForkError(f"{ref!r}: give the image as REGISTRY/REPOSITORY:TAG")
-        return cls(host, repo, tag)
-
-    def registry(self) -> Registry:
-        # Plain HTTP for loopback registries, as Docker does (and VLLM_FORK_OCI_INSECURE=1).
-        insecure = LOOPBACK.match(self.host) or os.environ.get("VLLM_FORK_OCI_INSECURE") == "1"
-        scheme = "http" if insecure else "https"
-        return Registry(f"{scheme}://{self.host}", self.repository, f"{self.host}/{self.repository}")
-
-    def __str__(self) -> str:
-        return f"{self.host}/{self.repository}:{self.tag}"
+def push_target(tag: str) -> ImageRef:
+    """A --tag to push to: REGISTRY/REPOSITORY:TAG (a digest names what exists, not where to push)."""
+    ref = ImageRef.parse(tag)
+    if ref.digest:
+        raise ForkError(f"--tag {tag}: push to a tag (REGISTRY/REPOSITORY:TAG), not a digest")
+    return ref
 
 
 def get_manifest(reg: Registry, reference: str) -> tuple[bytes, str]:
@@ -125,12 +104,17 @@ def get_manifest(reg: Registry, reference: str) -> tuple[bytes, str]:
             "base image's manifest; push the base there first, or name it with --base-image"
         ) from None
     except urllib.error.URLError as exc:
-        raise ForkError(f"{reg.remote}: {exc.reason}") from None
+        raise ForkError(f"{reg.remote}: {reg.describe(exc)}") from None
 
 
 def get_blob(reg: Registry, digest: str) -> bytes:
-    with reg.open("GET", reg.url(f"blobs/{digest}")) as resp:
-        data = resp.read()
+    try:
+        with reg.open("GET", reg.url(f"blobs/{digest}")) as resp:
+            data = resp.read()
+    except urllib.error.HTTPError as exc:
+        raise ForkError(f"{reg.remote}: the registry answered {exc.code} {exc.reason} for the blob {digest}") from None
+    except urllib.error.URLError as exc:
+        raise ForkError(f"{reg.remote}: {reg.describe(exc)}") from None
     if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
         raise ForkError(f"{reg.remote}: blob {digest} does not match its digest")
     return data
@@ -146,7 +130,7 @@ def mount_or_copy(src: Registry, dest: Registry, digest: str) -> None:
     """Make `dest` hold a blob `src` has: a cross-repository mount on one registry, else a copy."""
     if dest.has_blob(digest):
         return
-    if src.base == dest.base:
+    if src.endpoint == dest.endpoint:
         query = urllib.parse.urlencode({"mount": digest, "from": src.repository})
         with dest.open("POST", dest.url(f"blobs/uploads/?{query}"), data=b"") as resp:
             if resp.status == 201:
@@ -330,53 +314,6 @@ def gzip_bytes(data: bytes) -> bytes:
 # --- the config, from the Dockerfile's image stage ---------------------------------------
 
 
-def image_stage_config(dockerfile: Path, args: dict[str, str]) -> dict:
-    """LABEL, ENV, EXPOSE, HEALTHCHECK and ENTRYPOINT of the Dockerfile's `image` stage."""
-    lines = logical_lines(dockerfile.read_text())
-    stage: str | None = None
-    out: dict[str, Any] = {"Labels": {}, "Env": {}, "ExposedPorts": {}, "Healthcheck": None, "Entrypoint": None}
-    for line in lines:
-        word, _, rest = line.partition(" ")
-        word = word.upper()
-        if word == "FROM":
-            stage = rest.split()[-1] if " AS " in rest.upper() else None
-            continue
-        if stage != "image":
-            continue
-        expand = lambda s: re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), ""), s)  # noqa: E731
-        if word in ("LABEL", "ENV"):
-            for pair in shlex.split(rest):
-                key, _, value = pair.partition("=")
-                (out["Labels"] if word == "LABEL" else out["Env"])[key] = expand(value)
-        elif word == "EXPOSE":
-            for port in rest.split():
-                out["ExposedPorts"][port if "/" in port else f"{port}/tcp"] = {}
-        elif word == "ENTRYPOINT":
-            out["Entrypoint"] = json.loads(rest)
-        elif word == "HEALTHCHECK":
-            opts, _, cmd = rest.partition("CMD ")
-            check: dict[str, Any] = {"Test": ["CMD", *json.loads(cmd)]}
-            for opt in shlex.split(opts):
-                name, _, value = opt.lstrip("-").partition("=")
-                key = {
-                    "interval": "Interval",
-                    "timeout": "Timeout",
-                    "start-period": "StartPeriod",
-                    "retries": "Retries",
-                }[name]
-                check[key] = int(value) if key == "Retries" else _duration_ns(value)
-            out["Healthcheck"] = check
-    return out
-
-
-def _duration_ns(text: str) -> int:
-    units = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
-    m = re.fullmatch(r"(\d+)(ms|s|m|h)", text)
-    if not m:
-        raise ForkError(f"{DOCKERFILE}: cannot read the duration {text!r} in HEALTHCHECK")
-    return int(m.group(1)) * units[m.group(2)]
-
-
 def new_config(base_config: dict, stage: dict, diff_id: str, created: str, summary: str) -> dict:
     config = json.loads(json.dumps(base_config))
     c = config.setdefault("config", {})
@@ -388,7 +325,9 @@ def new_config(base_config: dict, stage: dict, diff_id: str, created: str, summa
         c["Healthcheck"] = stage["Healthcheck"]
     if stage["Entrypoint"] is not None:
         c["Entrypoint"] = stage["Entrypoint"]
-        c["Cmd"] = None  # as a Dockerfile's ENTRYPOINT resets the base's CMD
+        c["Cmd"] = stage["Cmd"]  # an ENTRYPOINT resets the base's CMD: only the stage's own stays
+    elif stage["Cmd"] is not None:
+        c["Cmd"] = stage["Cmd"]
     config["rootfs"]["diff_ids"] = [*config["rootfs"]["diff_ids"], diff_id]
     config["history"] = [*(config.get("history") or []), {"created": created, "created_by": summary}]
     config["created"] = created
@@ -423,9 +362,9 @@ def push_image(
     log: LogFn = print,
 ) -> Pushed:
     """Append the delta layer to `base` (REGISTRY/REPO:TAG, read by `base_digest` when given)."""
-    base_ref = Ref.parse(base)
-    base_reg = base_ref.registry()
-    manifest_bytes, media = platform_manifest(base_reg, base_digest or base_ref.tag, platform)
+    base_ref = ImageRef.parse(base)
+    base_reg = Registry.of_image(base_ref)
+    manifest_bytes, media = platform_manifest(base_reg, base_digest or base_ref.reference, platform)
     base_manifest = json.loads(manifest_bytes)
     base_config = json.loads(get_blob(base_reg, base_manifest["config"]["digest"]))
     base_labels = (base_config.get("config") or {}).get("Labels") or {}
@@ -457,7 +396,8 @@ def push_image(
         f"vllm-fork: vllm {delta['from_version']} -> {delta['version']} appended in the registry "
         f"({len(delta['changed'])} changed, {len(delta['added'])} new, {len(delta['removed'])} removed)"
     )
-    stage = image_stage_config(root / DOCKERFILE, labels)
+    base_env = (base_config.get("config") or {}).get("Env") or []
+    stage = stage_config(root / DOCKERFILE, "image", labels, base_env)
     config = json.dumps(new_config(base_config, stage, diff_id, created, summary), sort_keys=True).encode()
     config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
     manifest = {
@@ -477,15 +417,16 @@ def push_image(
     digest = "sha256:" + hashlib.sha256(manifest_out).hexdigest()
 
     refs = []
+    reg = base_reg
     try:
         for tag in tags:
-            ref = Ref.parse(tag)
-            reg = ref.registry()
+            ref = push_target(tag)
+            reg = Registry.of_image(ref)
             for layer_desc in base_manifest["layers"]:
                 mount_or_copy(base_reg, reg, layer_desc["digest"])
             reg.push_blob(layer, layer_digest)
             reg.push_blob(config, config_digest)
-            put_manifest(reg, ref.tag, manifest_out, media)
+            put_manifest(reg, ref.reference, manifest_out, media)
             refs.append(f"{ref}@{digest}")
             log(f"pushed {ref}@{digest}")
     except urllib.error.HTTPError as exc:
@@ -493,7 +434,7 @@ def push_image(
             f"the registry answered {exc.code} {exc.reason} ({exc.url}); check that it allows pushes to the repository"
         ) from None
     except urllib.error.URLError as exc:
-        raise ForkError(f"registry unreachable: {exc.reason}") from None
+        raise ForkError(f"registry {reg.endpoint.host} unreachable: {reg.describe(exc)}") from None
     return Pushed(refs, digest, layer_digest, len(layer), sum(1 for f in files if f.kind == "file"), delta)
 
 
@@ -522,9 +463,7 @@ def run(
             f"{fork_wheel.path.name} is not the build of the current pin and series:{detail}\n"
             "Run `invoke build` to rebuild it (or pass --allow-stale to ship it anyway)."
         )
-    base = base_image(root / DOCKERFILE, pin, base_digest)
-    if base_repository:
-        base["VLLM_BASE_IMAGE"] = base_repository
+    base = base_image(root / DOCKERFILE, pin, base_digest, base_repository)
     base_ref = f"{base['VLLM_BASE_IMAGE']}:{base['VLLM_BASE_TAG']}"
     labels = {**base, **image_labels(fork_wheel, base, fork_revision(root))}
     platform = check_platform(platform, fork_wheel.platform)
@@ -551,11 +490,11 @@ def run(
 
 def push_layout(layout_dir: Path, ref: str) -> str:
     """Push an image kept as manifest.json + blobs/<sha256> (the stand-in's cache) to `ref`."""
-    target = Ref.parse(ref)
-    reg = target.registry()
+    target = push_target(ref)
+    reg = Registry.of_image(target)
     manifest_bytes = (layout_dir / "manifest.json").read_bytes()
     manifest = json.loads(manifest_bytes)
     for desc in [*manifest["layers"], manifest["config"]]:
         reg.push_blob(layout_dir / "blobs" / desc["digest"].split(":", 1)[1], desc["digest"])
-    put_manifest(reg, target.tag, manifest_bytes, manifest["mediaType"])
+    put_manifest(reg, target.reference, manifest_bytes, manifest["mediaType"])
     return "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()

@@ -1,13 +1,14 @@
-"""OCI registry remotes for the ops cache: an artifact is the blob `sha256:<its sha256>`.
+"""OCI registry remotes for the ops cache, and the registry client `invoke docker --push` uses.
 
-A remote `oci://<host[:port]>/<repository>` is reached over HTTPS through the OCI
-distribution API (`oci+http://`, or VLLM_FORK_OCI_INSECURE=1, for plain-HTTP
-registries). Fetching is `GET /v2/<repository>/blobs/sha256:<digest>`, following
-redirects (registries send blobs to a CDN or bucket); a 401 with a
-`WWW-Authenticate: Bearer realm=...,service=...,scope=...` challenge is answered with
-the token flow, anonymously unless VLLM_FORK_OCI_USERNAME/VLLM_FORK_OCI_PASSWORD are
-set. The token is sent to the registry only, never to the host a redirect points at.
-Downloads go through `download.fetch_url`: temp file, sha256 check, rename.
+An artifact is the blob `sha256:<its sha256>` in a remote `oci://<host[:port]>/<repository>`,
+reached through the OCI distribution API (core/image_ref.py says over which scheme).
+Fetching is `GET /v2/<repository>/blobs/sha256:<digest>`, following redirects
+(registries send blobs to a CDN or bucket). A 401 anywhere is answered as Docker answers
+it (core/registry_auth.py: Basic or Bearer, with the login `docker login` stored, a
+credential helper, or VLLM_FORK_OCI_USERNAME/VLLM_FORK_OCI_PASSWORD) and the request sent
+again, an upload's body included; the login and token go to the registry only, never to
+the host a redirect points at. TLS trusts the registry's `certs.d` CAs. Downloads go
+through `download.fetch_url`: temp file, sha256 check, rename.
 
 Publishing pushes the blob (monolithic upload: POST, then PUT with `?digest=`), the
 empty config blob, and an OCI image manifest tagged with the ops key, so tools like
@@ -16,24 +17,22 @@ empty config blob, and an OCI image manifest tagged with the ops key, so tools l
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
-import os
-import re
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
-from vllm_fork.core.errors import ConfigError, DownloadError, ForkError
+from vllm_fork.core.docker_config import config_dir, ssl_context
+from vllm_fork.core.errors import DownloadError, ForkError
+from vllm_fork.core.image_ref import Endpoint, ImageRef, parse_remote
+from vllm_fork.core.registry_auth import Authorizer
 from vllm_fork.upstream.download import fetch_url
 
 SCHEMES = ("oci://", "oci+http://", "oci+https://")
-INSECURE_ENV = "VLLM_FORK_OCI_INSECURE"
-USER_ENV, PASSWORD_ENV = "VLLM_FORK_OCI_USERNAME", "VLLM_FORK_OCI_PASSWORD"
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 ARTIFACT_TYPE = "application/vnd.vllm-fork.ops.v1"
 LAYER_TYPE = "application/zip"
@@ -49,81 +48,131 @@ def is_oci(remote: str) -> bool:
 
 @dataclass
 class Registry:
-    """One `<registry>/<repository>`, with the bearer token of the last challenge it answered."""
+    """One `<registry>/<repository>`: its scheme once known, and how it wants to be authorized."""
 
-    base: str  # scheme://host[:port]
+    endpoint: Endpoint
     repository: str
-    remote: str
-    token: str | None = field(default=None, repr=False)
+    remote: str  # how messages name it
+    _scheme: str | None = field(default=None, repr=False)
+    _contexts: dict[str, ssl.SSLContext] = field(default_factory=dict, repr=False)
+    auth: Authorizer = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.auth = Authorizer(self.endpoint, self.context_for)
+        if self.endpoint.scheme != "auto":
+            self._scheme = self.endpoint.scheme
 
     @classmethod
     def parse(cls, remote: str) -> Registry:
-        scheme, _, rest = remote.partition("://")
-        insecure = scheme == "oci+http" or (scheme == "oci" and os.environ.get(INSECURE_ENV) == "1")
-        host, _, repository = rest.partition("/")
-        repository = repository.strip("/")
-        if scheme not in ("oci", "oci+http", "oci+https") or not host or not repository:
-            raise ConfigError(f"bad OCI remote {remote!r}: use oci://<registry host[:port]>/<repository>")
-        if not re.fullmatch(
-            r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*", repository
-        ):
-            raise ConfigError(f"bad OCI repository name {repository!r} in {remote!r} (lowercase, digits, . _ - /)")
-        return cls(f"{'http' if insecure else 'https'}://{host}", repository, remote)
+        endpoint, repository = parse_remote(remote)
+        return cls(endpoint, repository, remote)
+
+    @classmethod
+    def of_image(cls, ref: ImageRef) -> Registry:
+        return cls(ref.endpoint, ref.repository, f"{ref.host}/{ref.repository}")
+
+    def context_for(self, host: str) -> ssl.SSLContext:
+        if host not in self._contexts:
+            self._contexts[host] = ssl_context(host)
+        return self._contexts[host]
+
+    @property
+    def base(self) -> str:
+        """scheme://host[:port]; a loopback registry is asked once whether it speaks TLS."""
+        if self._scheme is None:
+            self._scheme = self._probe_scheme()
+        return f"{self._scheme}://{self.endpoint.host}"
+
+    def _probe_scheme(self) -> str:
+        try:
+            with self._send(self._opener(True), urllib.request.Request(f"https://{self.endpoint.host}/v2/")):
+                return "https"
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            return "https"  # it answered over TLS (401 or otherwise)
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            if isinstance(reason, ssl.SSLError) and "ALERT" in (reason.reason or ""):
+                return "https"  # a TLS registry refusing the handshake (say, no client certificate)
+            not_tls = isinstance(reason, ssl.SSLError | ConnectionResetError)
+            if not_tls and not isinstance(reason, ssl.SSLCertVerificationError):
+                return "http"  # a plain-HTTP registry: the TLS handshake met HTTP (or a closed connection)
+            raise
+
+    @staticmethod
+    def _send(opener: urllib.request.OpenerDirector, request: urllib.request.Request) -> http.client.HTTPResponse:
+        """The response; a TLS or connection error met after the handshake is a URLError too."""
+        try:
+            return opener.open(request, timeout=TIMEOUT)
+        except urllib.error.URLError:
+            raise
+        except (OSError, http.client.HTTPException) as exc:
+            raise urllib.error.URLError(exc) from None
 
     def url(self, path: str) -> str:
         return f"{self.base}/v2/{self.repository}/{path}"
 
-    # -- requests, with the bearer-token dance on a 401 --
+    def _opener(self, follow: bool) -> urllib.request.OpenerDirector:
+        handlers: list[urllib.request.BaseHandler] = [
+            urllib.request.HTTPSHandler(context=self.context_for(self.endpoint.host))
+        ]
+        if not follow:
+            handlers.append(_NoRedirect())
+        return urllib.request.build_opener(*handlers)
+
+    # -- requests, answering a 401 once per request --
 
     def _request(
-        self, method: str, url: str, data: bytes | IO[bytes] | None = None, headers: dict | None = None
+        self, method: str, url: str, data: bytes | None = None, headers: dict | None = None
     ) -> urllib.request.Request:
         req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-        if self.token:
-            # unredirected: a redirect to a CDN or bucket must not carry the registry's token
-            req.add_unredirected_header("Authorization", f"Bearer {self.token}")
+        authorization = self.auth.header()
+        if authorization:
+            # unredirected: a redirect to a CDN or bucket must not carry the registry's login or token
+            req.add_unredirected_header("Authorization", authorization)
         return req
 
     def open(
-        self, method: str, url: str, data: bytes | None = None, headers: dict | None = None, follow: bool = True
+        self,
+        method: str,
+        url: str,
+        data: bytes | Path | None = None,
+        headers: dict | None = None,
+        follow: bool = True,
     ) -> http.client.HTTPResponse:
-        """The response; answers one 401 Bearer challenge. `data` must be bytes (re-sendable) or None."""
-        opener = urllib.request.build_opener() if follow else urllib.request.build_opener(_NoRedirect)
-        try:
-            return opener.open(self._request(method, url, data, headers), timeout=TIMEOUT)
-        except urllib.error.HTTPError as exc:
-            if exc.code != 401:
-                raise
-            challenge = exc.headers.get("WWW-Authenticate", "")
-            exc.close()
-            self.token = self._fetch_token(challenge)
-        return opener.open(self._request(method, url, data, headers), timeout=TIMEOUT)
+        """The response. A 401 is answered and the request sent again (a file body from its start)."""
+        opener = self._opener(follow)
+        headers = dict(headers or {})
+        if isinstance(data, Path):
+            headers.setdefault("Content-Length", str(data.stat().st_size))
+        for attempt in (1, 2):
+            body = open(data, "rb") if isinstance(data, Path) else data  # noqa: SIM115 (closed below)
+            try:
+                return self._send(opener, self._request(method, url, body, headers))  # type: ignore[arg-type]
+            except urllib.error.HTTPError as exc:
+                if exc.code != 401:
+                    raise
+                challenges = exc.headers.get_all("WWW-Authenticate") or []
+                exc.close()
+                if attempt == 2:
+                    raise self.auth.refused(f"{method} {urllib.parse.urlsplit(url).path}") from None
+                self.auth.answer(challenges)
+            finally:
+                if isinstance(data, Path):
+                    body.close()  # type: ignore[union-attr]
+        raise AssertionError("unreachable: the second 401 raised above")
 
-    def _fetch_token(self, challenge: str) -> str:
-        scheme, _, params = challenge.partition(" ")
-        if scheme.lower() != "bearer":
-            raise ForkError(
-                f"{self.remote}: the registry asks for {scheme or 'unknown'!r} authentication; "
-                "only the Bearer token flow is supported"
+    def describe(self, exc: urllib.error.URLError) -> str:
+        """A network error, with what to do about an untrusted or a missing certificate."""
+        certs_d = config_dir() / "certs.d" / self.endpoint.host
+        if isinstance(exc.reason, ssl.SSLCertVerificationError):
+            return f"{exc.reason.verify_message or exc.reason}; if the registry's CA is private, put it in {certs_d}/ca.crt"
+        if isinstance(exc.reason, ssl.SSLError) and "ALERT" in (exc.reason.reason or ""):
+            return (
+                f"the registry refused the TLS handshake ({exc.reason.reason}); if it wants a client "
+                f"certificate, put it in {certs_d}/client.cert and its key in {certs_d}/client.key"
             )
-        fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
-        realm = fields.pop("realm", None)
-        if not realm:
-            raise ForkError(f"{self.remote}: the registry's Bearer challenge has no realm: {challenge!r}")
-        query = urllib.parse.urlencode({k: v for k, v in fields.items() if k in ("service", "scope")})
-        req = urllib.request.Request(realm + ("&" if "?" in realm else "?") + query if query else realm)
-        user, password = os.environ.get(USER_ENV), os.environ.get(PASSWORD_ENV)
-        if user and password:
-            req.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
-        try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
-                body = json.loads(resp.read())
-        except (urllib.error.URLError, ValueError) as exc:
-            raise DownloadError(f"{self.remote}: could not get a token from {realm}: {exc}") from None
-        token = body.get("token") or body.get("access_token")
-        if not token:
-            raise ForkError(f"{self.remote}: the token service {realm} returned no token")
-        return token
+        return str(exc.reason)
 
     # -- blobs and manifests --
 
@@ -145,14 +194,15 @@ class Registry:
         try:
             present = self.has_blob(digest)
         except urllib.error.URLError as exc:
-            raise DownloadError(f"{self.remote}: {exc}") from None
+            raise DownloadError(f"{self.remote}: {self.describe(exc)}") from None
         if not present:
             raise DownloadError(f"{self.remote} has no blob {digest}")
-        # The token (if any) is known now; fetch_url streams, verifies sha256 and renames.
+        # The authorization is fresh now; fetch_url streams, verifies sha256 and renames.
         request = self._request("GET", self.url(f"blobs/{digest}"))
+        context = self.context_for(self.endpoint.host)
         if mismatch_advice:
-            return fetch_url(request, dest, sha256, timeout=TIMEOUT, mismatch_advice=mismatch_advice)
-        return fetch_url(request, dest, sha256, timeout=TIMEOUT)
+            return fetch_url(request, dest, sha256, timeout=TIMEOUT, mismatch_advice=mismatch_advice, context=context)
+        return fetch_url(request, dest, sha256, timeout=TIMEOUT, context=context)
 
     def push_blob(self, path_or_bytes: Path | bytes, digest: str) -> None:
         if self.has_blob(digest):
@@ -163,20 +213,10 @@ class Registry:
             raise ForkError(f"{self.remote}: the registry started an upload without a Location")
         location = urllib.parse.urljoin(self.base + "/", location)
         put_url = location + ("&" if "?" in location else "?") + urllib.parse.urlencode({"digest": digest})
-        data: bytes | IO[bytes]
-        if isinstance(path_or_bytes, bytes):
-            data, size = path_or_bytes, len(path_or_bytes)
-        else:
-            size = path_or_bytes.stat().st_size
-            data = open(path_or_bytes, "rb")  # noqa: SIM115 (streamed by urllib, closed below)
-        try:
-            headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
-            with urllib.request.urlopen(self._request("PUT", put_url, data, headers), timeout=TIMEOUT) as resp:
-                if resp.status not in (201, 204):
-                    raise ForkError(f"{self.remote}: uploading {digest} answered {resp.status}")
-        finally:
-            if not isinstance(data, bytes):
-                data.close()
+        headers = {"Content-Type": "application/octet-stream"}
+        with self.open("PUT", put_url, path_or_bytes, headers) as resp:
+            if resp.status not in (201, 204):
+                raise ForkError(f"{self.remote}: uploading {digest} answered {resp.status}")
 
     def push_manifest(self, tag: str, manifest: bytes) -> None:
         with self.open(
@@ -214,7 +254,8 @@ def artifact_manifest(filename: str, sha256: str, size: int, key: str) -> bytes:
 def fetch(remote: str, filename: str, sha256: str, dest: Path, mismatch_advice: str = "") -> Path:
     """Fetch the artifact (blob `sha256:<sha256>`) from an OCI remote into `dest`, verified."""
     try:
-        return Registry.parse(remote).fetch_blob(sha256, dest, mismatch_advice)
+        registry = Registry.parse(remote)
+        return registry.fetch_blob(sha256, dest, mismatch_advice)
     except urllib.error.HTTPError as exc:
         raise DownloadError(f"{remote}: fetching {filename} answered HTTP {exc.code} {exc.reason}") from None
 
@@ -232,6 +273,5 @@ def push(remote: str, key: str, artifact: Path, sha256: str) -> str:
             f"({exc.url}); check the registry allows pushes to {registry.repository}"
         ) from None
     except urllib.error.URLError as exc:
-        raise DownloadError(f"{remote}: {exc.reason}") from None
-    host = registry.base.split("://", 1)[1]
-    return f"{host}/{registry.repository}:{key}"
+        raise DownloadError(f"{remote}: {registry.describe(exc)}") from None
+    return f"{registry.endpoint.host}/{registry.repository}:{key}"

@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import os
 import re
+import ssl
 import tempfile
 import time
 import urllib.parse
@@ -112,6 +113,7 @@ def fetch_url(
     sha256: str,
     timeout: float = 60,
     mismatch_advice: str = PIN_MISMATCH_ADVICE,
+    context: ssl.SSLContext | None = None,
 ) -> Path:
     """Download `url` to `dest` through its partial file; verify `sha256` before the rename.
 
@@ -120,7 +122,8 @@ def fetch_url(
     429 and 5xx. A hash mismatch deletes the partial and raises, naming the file, the
     source, both hashes and `mismatch_advice` (the next step). `dest` is never
     half-written. `url` may be a Request carrying headers (e.g. a registry's bearer
-    token): its unredirected ones are sent to `url` only, never after a redirect.
+    token): its unredirected ones are sent to `url` only, never after a redirect;
+    `context` the TLS trust for its host (a registry's `certs.d` CA).
     """
     if not re.fullmatch(r"[0-9a-f]{64}", sha256):
         raise ConfigError(f"{sha256!r} is not a sha256 (64 lowercase hex digits); {dest.name} was not downloaded")
@@ -142,7 +145,7 @@ def fetch_url(
             fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
             os.close(fd)
             part = Path(name)
-        client = Client(attempts=RETRIES, timeout=timeout, once=once)
+        client = Client(attempts=RETRIES, timeout=timeout, once=once, context=context)
         return _Download(client, url, headers, dest, part, sha256, mismatch_advice).run()
 
 

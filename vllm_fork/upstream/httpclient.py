@@ -20,9 +20,10 @@ Messages name URLs through `redact_url`: a password in a URL is never shown.
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import requests
 import urllib3
@@ -106,10 +107,28 @@ def proxy() -> str | None:
     return pipconfig.value("proxy")
 
 
+class _TrustAdapter(HTTPAdapter):
+    """An adapter whose connections trust what `context` trusts (a registry's `certs.d` CA)."""
+
+    def __init__(self, context: ssl.SSLContext, **kwargs: Any) -> None:
+        self._context = context
+        super().__init__(**kwargs)
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["ssl_context"] = self._context
+        super().init_poolmanager(*args, **kwargs)
+
+
 class Client:
     """GETs with pip's settings, read once: `attempts` tries for each, `once` headers never redirected."""
 
-    def __init__(self, attempts: int = ATTEMPTS, timeout: float = TIMEOUT, once: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        attempts: int = ATTEMPTS,
+        timeout: float = TIMEOUT,
+        once: Iterable[str] = (),
+        context: ssl.SSLContext | None = None,
+    ) -> None:
         self.attempts, self.timeout = attempts, timeout
         self.verify = ca_bundle()
         through = proxy()
@@ -123,7 +142,7 @@ class Client:
             raise_on_status=False,  # the last answer comes back, and says what failed
         )
         self.session = _Session(frozenset(once))
-        adapter = HTTPAdapter(max_retries=retry)
+        adapter = _TrustAdapter(context, max_retries=retry) if context else HTTPAdapter(max_retries=retry)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
 
