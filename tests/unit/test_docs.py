@@ -8,7 +8,7 @@ Each failure names the file and line. What is checked:
 - every figure quoted with a `<!-- fig: benchmarks/results/FILE.json#KEY -->` marker equals the
   value in that result, and no figure is quoted in two places;
 - README.md's task table lists exactly the tasks `invoke --list` has, each option it names is in
-  the task's `--help`;
+  the task's `--help`; its patch table is `patches/series`, in order;
 - the README fits in 250 lines, docs/ in 12,000 words, and no table runs past a screen.
 """
 
@@ -264,7 +264,9 @@ def test_a_figure_must_match_its_rounding():
     assert not agrees("4.2", 4.1) and not agrees("41", 40.1) and not agrees("0.91", 0.904)
     result = {"rows": [{"family": "a", "ok": True, "s": 3}, {"family": "b", "ok": False}], "t": {"le_1.10": 2097152}}
     assert lookup(result, "rows@count:ok=True") == 1 and lookup(result, "rows@len") == 2
-    assert lookup(result, "t.le_1.10@MiB") == 2.0 and lookup(result, "rows[family=a].s") == lookup(result, "rows.0.s") == 3
+    assert (
+        lookup(result, "t.le_1.10@MiB") == 2.0 and lookup(result, "rows[family=a].s") == lookup(result, "rows.0.s") == 3
+    )
 
 
 def _task_table() -> dict[str, list[str]]:
@@ -280,18 +282,34 @@ def _task_table() -> dict[str, list[str]]:
 def test_readme_task_table_lists_every_task_and_only_real_options():
     table, tasks = _task_table(), _task_names()
     assert set(tasks) - set(table) == set(), f"README.md's task table lacks {sorted(set(tasks) - set(table))}"
-    assert set(table) - set(tasks) == set(), f"README.md's task table lists no such task {sorted(set(table) - set(tasks))}"
+    assert set(table) - set(tasks) == set(), (
+        f"README.md's task table lists no such task {sorted(set(table) - set(tasks))}"
+    )
     for name, options in table.items():
         help_text = _task_help(name)
         missing = [option for option in options if not re.search(rf"{option}\b", help_text)]
         assert not missing, f"README.md task table: `invoke {name} --help` has no {missing}"
 
 
+def test_readme_patch_table_is_the_series_in_order():
+    """One row per patch of patches/series, in its order, each linking to the patch file."""
+    series = [line.strip() for line in (REPO_ROOT / "patches" / "series").read_text().splitlines()]
+    series = [name for name in series if name and not name.startswith("#")]
+    rows = re.findall(r"^\|\s*(\d+)\s*\|.*?\]\(patches/([^)]+\.patch)\)", README.read_text(), re.M)
+    assert [name for _, name in rows] == series, (
+        "README.md's patch table does not list patches/series in order:\n"
+        f"  table:  {[name for _, name in rows]}\n  series: {series}"
+    )
+    assert [int(number) for number, _ in rows] == list(range(1, len(series) + 1)), "README.md: patch numbers"
+
+
 def test_the_readme_and_the_docs_stay_short():
     lines = README.read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md is {len(lines)} lines (at most {README_MAX_LINES})"
     words = {_rel(p): len(p.read_text().split()) for p in sorted((REPO_ROOT / "docs").rglob("*.md"))}
-    assert sum(words.values()) <= DOCS_MAX_WORDS, f"docs/ is {sum(words.values())} words (at most {DOCS_MAX_WORDS}): {words}"
+    assert sum(words.values()) <= DOCS_MAX_WORDS, (
+        f"docs/ is {sum(words.values())} words (at most {DOCS_MAX_WORDS}): {words}"
+    )
     for page in _docs():
         run = 0
         for number, line in enumerate(page.read_text().splitlines(), 1):
