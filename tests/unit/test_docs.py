@@ -8,7 +8,8 @@ Each failure names the file and line. What is checked:
 - every figure quoted with a `<!-- fig: benchmarks/results/FILE.json#KEY -->` marker equals the
   value in that result, and no figure is quoted in two places;
 - README.md's task table lists exactly the tasks `invoke --list` has, each option it names is in
-  the task's `--help`; its patch table is `patches/series`, in order;
+  the task's `--help`; every `invoke TASK --option` in the docs exists; the README's patch table
+  is `patches/series`, in order;
 - the README fits in 250 lines, docs/ in 12,000 words, and no table runs past a screen.
 """
 
@@ -289,6 +290,27 @@ def test_readme_task_table_lists_every_task_and_only_real_options():
         help_text = _task_help(name)
         missing = [option for option in options if not re.search(rf"{option}\b", help_text)]
         assert not missing, f"README.md task table: `invoke {name} --help` has no {missing}"
+
+
+COMMAND = re.compile(r"\binvoke ([a-z][\w.]*)([^`\n#|;&)\]]*)")
+
+
+def test_every_task_option_the_docs_name_exists():
+    """`invoke TASK --option` anywhere in the docs: TASK exists and its `--help` has the option."""
+    tasks, problems = set(_task_names()), []
+    for page in _docs():
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            for match in COMMAND.finditer(line):
+                name, before = match[1].rstrip("."), line[: match.start()].rstrip()
+                if name not in tasks:
+                    as_code = before.endswith(("`", "$", "&&", ".venv/bin/")) or not before
+                    if as_code and not name.startswith("-"):
+                        problems.append(f"{_rel(page)}:{number}: `invoke {name}`: no such task")
+                    continue
+                for option in re.findall(r"(?<![\w-])--[a-z][\w-]*", match[2]):
+                    if not re.search(rf"{option}\b", _task_help(name)):
+                        problems.append(f"{_rel(page)}:{number}: `invoke {name} {option}`: no such option")
+    assert not problems, "\n".join(problems)
 
 
 def test_readme_patch_table_is_the_series_in_order():
