@@ -93,6 +93,8 @@ def main() -> None:
     results: dict[str, object] = {
         "command": "python benchmarks/bench_build.py" + (" --skip-precompiled" if args.skip_precompiled else ""),
         "machine": f"{os.cpu_count()} cores",
+        # The machine may be shared: its load when the run began says how much.
+        "load_average_1min": round(os.getloadavg()[0], 1),
         "upstream": load_pin(ROOT).version,
     }
     invoke = [sys.executable, "-m", "invoke"]
