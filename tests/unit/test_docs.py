@@ -142,8 +142,13 @@ QUEUE_CLAIMS = [
 ]
 
 
+# "patch 13" of a 12-patch queue names a patch that is not there.
+PATCH_NUMBER = re.compile(r"(?i)\bpatch(?:es)? (?:\d+(?: to |[–-]|, | and ))*(\d+)\b(?! of)")
+
+
 def stale_queue_lengths(line: str, length: int) -> list[str]:
-    return [m.group(0) for rule in QUEUE_CLAIMS for m in rule.finditer(line) if int(m.group(1)) != length]
+    claims = [m.group(0) for rule in QUEUE_CLAIMS for m in rule.finditer(line) if int(m.group(1)) != length]
+    return claims + [m.group(0) for m in PATCH_NUMBER.finditer(line) if int(m.group(1)) > length]
 
 
 def test_the_rules_catch_what_went_stale():
@@ -161,6 +166,8 @@ def test_the_rules_catch_what_went_stale():
         "patches 2 to 8 and 12 of 12"
     ]
     assert stale_queue_lengths("what does the 12-patch queue do", 12) == []
+    assert stale_queue_lengths("as patch 13 does; patches 2 to 14", 12) == ["patch 13", "patches 2 to 14"]
+    assert stale_queue_lengths("patch 12 keeps it; patches 2-8", 12) == []
     assert stale_queue_lengths("a 100-patch queue in the scale benchmark; now 2 s", 12) == []
 
 
