@@ -9,7 +9,7 @@ Each failure names the file and line. What is checked:
   value in that result, and no figure is quoted in two places;
 - README.md's task table lists exactly the tasks `invoke --list` has, each option it names is in
   the task's `--help`; every `invoke TASK --option` in the docs exists; the README's patch table
-  is `patches/series`, in order;
+  is `patches/series`, in order, with each patch's size and `Upstream-Status`;
 - the README fits in 250 lines, docs/ in 12,000 words, and no table runs past a screen.
 """
 
@@ -27,6 +27,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.queue.patchfile import parse_patch
+from vllm_fork.queue.report import patch_report
 
 README = REPO_ROOT / "README.md"
 BUMP_HISTORY = "docs/upstream-bumps.md"
@@ -320,16 +322,28 @@ def test_every_task_option_the_docs_name_exists():
     assert not problems, "\n".join(problems)
 
 
-def test_readme_patch_table_is_the_series_in_order():
-    """One row per patch of patches/series, in its order, each linking to the patch file."""
+def test_readme_patch_table_is_the_series_with_its_sizes_and_status():
+    """One row per patch of patches/series, in its order, each linking to the patch file, with
+    its code + test lines and its `Upstream-Status` as `invoke check --report` reads them."""
     series = [line.strip() for line in (REPO_ROOT / "patches" / "series").read_text().splitlines()]
     series = [name for name in series if name and not name.startswith("#")]
-    rows = re.findall(r"^\|\s*(\d+)\s*\|.*?\]\(patches/([^)]+\.patch)\)", README.read_text(), re.M)
-    assert [name for _, name in rows] == series, (
-        "README.md's patch table does not list patches/series in order:\n"
-        f"  table:  {[name for _, name in rows]}\n  series: {series}"
+    rows = re.findall(
+        r"^\|\s*(\d+)\s*\|.*?\]\(patches/([^)]+\.patch)\)[^|]*\|[^|]*\|\s*([\d,]+) \+ ([\d,]+)\s*\|\s*\[?(\w+)",
+        README.read_text(),
+        re.M,
     )
-    assert [int(number) for number, _ in rows] == list(range(1, len(series) + 1)), "README.md: patch numbers"
+    assert [row[1] for row in rows] == series, (
+        "README.md's patch table does not list patches/series in order:\n"
+        f"  table:  {[row[1] for row in rows]}\n  series: {series}"
+    )
+    problems = []
+    for index, (number, name, code, tests, status) in enumerate(rows, 1):
+        report = patch_report(index, parse_patch(REPO_ROOT / "patches" / name))
+        want = (index, report.added["code"], report.added["tests"], report.message.upstream_status.split()[0])
+        have = (int(number), int(code.replace(",", "")), int(tests.replace(",", "")), status)
+        if have != want:
+            problems.append(f"README.md patch table, {name}: says (#, code, tests, status) {have}, the patch {want}")
+    assert not problems, "\n".join(problems)
 
 
 def test_the_readme_and_the_docs_stay_short():
