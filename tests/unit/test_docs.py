@@ -109,13 +109,19 @@ RELEASE = re.compile(r"(?<![\w.])v?(0\.\d+\.\d+)(?!\w|\.\d)")
 MINOR = re.compile(r"(?i)\bvllm[ -](0\.\d+)(?!\d|\.\d)")
 OTHER_PACKAGE_SPEC = re.compile(r"(?i)(?<!vllm)(==|>=|<=|~=|!=|<|>)\s*v?$")
 FUTURE_EXAMPLE = re.compile(r"--to[ =]v?$")
+# Another package's version written after its name ("uv 0.5.1", "huggingface_hub 0.26.0").
+OTHER_PACKAGE_NAME = re.compile(
+    r"(?i)\b(?:torch\w*|tokenizers|transformers|uv|ruff|pip|setuptools[\w-]*|huggingface[_-]hub|safetensors"
+    r"|triton|numpy|compressed-tensors|mistral[_-]common|mkdocs|nccl|flashinfer[\w-]*|cutlass[\w-]*|mypy"
+    r"|pytest|invoke|packaging|matplotlib|hadolint[\w-]*)[ =:]*v?$"
+)
 
 
 def release_mentions(line: str) -> Iterator[tuple[str, bool]]:
     """(version, is an example of a release after the pin) for each vLLM release the line names."""
     for match in RELEASE.finditer(line):
         before = line[: match.start()]
-        if OTHER_PACKAGE_SPEC.search(before):
+        if OTHER_PACKAGE_SPEC.search(before) or OTHER_PACKAGE_NAME.search(before):
             continue
         yield match.group(1), bool(FUTURE_EXAMPLE.search(before))
     for match in MINOR.finditer(line):
@@ -163,6 +169,8 @@ def test_the_rules_catch_what_went_stale():
     assert stale_releases("invoke rebase --survey --to 0.35.0", pin) == []
     assert stale_releases("invoke rebase --to 0.32.0", pin) == ["0.32.0"]
     assert stale_releases("a KV cache of 0.904x the tower, 0.58 MiB", pin) == []
+    assert stale_releases("installs uv 0.5.1 and huggingface_hub 0.26.0 first", pin) == []
+    assert stale_releases("upstream's official 0.33.0 wheel", pin) == ["0.33.0"]
     assert stale_queue_lengths("(0.33.0 -> 0.34.0: a new patch, now 13)", 12) == ["now 13"]
     assert stale_queue_lengths("the streamer series, patches 2 to 8 and 12 of 12", 11) == [
         "patches 2 to 8 and 12 of 12"
