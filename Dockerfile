@@ -32,7 +32,7 @@ ARG VLLM_BASE_DIGEST=
 ARG WHEEL_FROM=dist
 # Image for running the fork's tooling (no CUDA toolkit, on purpose: see `build` above).
 ARG TOOLING_IMAGE=python:3.12-slim-bookworm
-# Upstream's own compile image for v0.33.0 (docker/Dockerfile BUILD_BASE_IMAGE): CUDA 13.0
+# Upstream's own compile image for the pinned release (its docker/Dockerfile's BUILD_BASE_IMAGE): CUDA 13.0
 # on manylinux_2_28, so compiled members match the official wheel's platform tag.
 ARG CUDA_DEVEL_IMAGE=pytorch/manylinux2_28-builder:cuda13.0-78e737ad29420ffc4800e677c51e2a852caf8359
 

@@ -90,7 +90,13 @@ def main() -> None:
     args = parser.parse_args()
     skip_precompiled = args.skip_precompiled or args.smoke
     repeats = 1 if args.smoke else 25
-    results: dict[str, object] = {"machine": f"{os.cpu_count()} cores"}
+    results: dict[str, object] = {
+        "command": "python benchmarks/bench_build.py" + (" --skip-precompiled" if args.skip_precompiled else ""),
+        "machine": f"{os.cpu_count()} cores",
+        # The machine may be shared: its load when the run began says how much.
+        "load_average_1min": round(os.getloadavg()[0], 1),
+        "upstream": load_pin(ROOT).version,
+    }
     invoke = [sys.executable, "-m", "invoke"]
     timed(invoke + ["build"], ROOT)  # make sure everything is warm
 
@@ -129,6 +135,7 @@ def main() -> None:
                 slow.record["timings"]["total"] / fast.record["timings"]["total"], 1
             )
             results["identical_members"] = members(fast.wheel) == members(slow.wheel)
+            results["wheel"] = fast.wheel.name
 
     write_atomic(args.out, json.dumps(results, indent=2) + "\n")
     width = max(map(len, results))

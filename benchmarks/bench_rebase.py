@@ -6,7 +6,7 @@ verified sdists, and a fork checkout of this repository's queue on which
 `invoke apply` has run. Timed, in one run:
   sdist import  the one-time import of the new release's sdist into the cache repo
                 (like the download, paid once per release per cache; shown apart);
-  cold hop      0.33.0 -> the release before: first time in the tree and the check tree;
+  cold hop      the pin -> the release before: first time in the tree and the check tree;
   warm hop      back with --latest;
   first hop     import + cold hop: what the bot pays the day a release appears.
 """

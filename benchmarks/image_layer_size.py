@@ -3,7 +3,7 @@
     python benchmarks/image_layer_size.py [--tree build/vllm] [--out benchmarks/results/image_layer_size.json]
 
 No Docker engine is needed: a venv stands in for upstream's image. Measured in one run:
-1. upstream's official 0.33.0 wheel (from the cache) installed into a fresh venv without
+1. the pinned release's official wheel (from the cache) installed into a fresh venv without
    dependencies, its sources compiled, as upstream's image has it (uv, UV_COMPILE_BYTECODE=1);
 2. a stand-in for the fork's wheel: the official wheel with the members the patch queue
    changes (`git diff refs/fork/upstream HEAD -- vllm/` in the patched tree, `invoke apply`)

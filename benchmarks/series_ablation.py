@@ -2,7 +2,7 @@
 
 The streamer's last patches only save eager host time (`[Perf]` in their subjects; the
 queue keeps one, cudart calls, after runs per ring slot and a plan per ring position were
-measured and dropped). Each stays in the queue only if it pays where users run it (docs/tower-streaming.md, "The series"). This benchmark
+measured and dropped). Each stays in the queue only if it pays where users run it (its last verdict: benchmarks/results/gpu-real/2026-12-05/ablation/series_ablation.md). This benchmark
 times the host-bound rows of the tower pipeline matrix (tower_pipeline.py; by default the
 64- and 256-token images and the 2-frame video on the 2B and 8B towers, vLLM's default
 lookahead and ViT attention, eager encodes) under the whole queue and under the queue

@@ -1,8 +1,8 @@
 """Streamed towers inside a CUDA graph: resident vs streamed encodes, both captured (issue 11).
 
-The small encodes stream at 1.14-1.42x resident because they are bound by the host: the
+Small eager encodes stream slower than resident because they are bound by the host: the
 copy of each unit is issued only when the host reaches the unit before it, and each unit
-adds the streamer's host time (benchmarks/tower_host_time.py). A CUDA graph of the encode
+adds the streamer's host time. A CUDA graph of the encode
 takes the host out: vLLM captures encoders with `cudagraph_mm_encoder`, and a streamed
 encode captured the same way replays its unit copies into the streamer's ring (kept from
 the first encode).

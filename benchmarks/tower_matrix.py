@@ -24,7 +24,7 @@ small enough that each call ends under the device's 10-minute command limit.
 `--device cpu --dtype bfloat16` runs on the CPU (the patched tree as the CPU
 tests import it: `$VLLM_FORK_TREE`, else build/vllm).
 
-On the H200 (../shared/gpu/README.md), from a checkout with the patched tree:
+On a GPU machine (benchmarks/gpu/README.md), from a checkout with the patched tree:
 
     ../shared/gpu/pack.sh build/vllm
     # device, carry [".gpu"]:

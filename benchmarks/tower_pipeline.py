@@ -40,7 +40,7 @@ there (the JSON after every phase, so a run cut short keeps what it measured).
 `--smoke` runs every code path on the CPU in seconds with tiny towers and tiny
 inputs (no timing claims: the CPU has no streams, the streamer copies
 synchronously there); tests/patches/test_tower_pipeline_smoke.py runs it. The
-H200 command is in benchmarks/gpu/README.md.
+GPU command is in benchmarks/gpu/README.md.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ TINY_VISION = {
 TINY_COMMON = {"deepstack_visual_indexes": [1, 2], "num_position_embeddings": 64, "patch_size": 4}
 
 TOWERS = {"2B": QWEN3_VL_2B_VISION, "8B": QWEN3_VL_8B_VISION}
-# The ViT attention backends the lent H200 runs (no FlashAttention there): SDPA reads the
+# The ViT attention backends compared: SDPA reads the
 # sequences' split sizes on the host; Triton's reads `cu_seqlens` on the device, as
 # FlashAttention does (no host sync per layer, and capturable in a CUDA graph).
 VIT_ATTENTION = ("TORCH_SDPA", "TRITON_ATTN", "default")  # default: what vLLM picks (FlashAttention on Hopper)
@@ -615,9 +615,8 @@ def paired_ratios(
     each round's ratio.
 
     `time_interleaved` runs one streamed and one resident encode per round, back to back.
-    The lent host's speed drifts by up to 2x within a case (the same 64-token encode took
-    15.5 and 27.8 ms in one run), so two medians taken over separate runs can each land
-    in a different phase of the drift; a round's two encodes share theirs.
+    A lent host's speed can drift within a case, so two medians taken over separate runs
+    can each land in a different phase of the drift; a round's two encodes share theirs.
     """
     n = len(case.encodes)
     rounds = list(zip(streamed["timing"]["times_ms"], streamed["resident_paired_timing"]["times_ms"]))

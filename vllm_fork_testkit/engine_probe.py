@@ -37,7 +37,7 @@ VISION_TOKENS = "<|vision_start|><|image_pad|><|vision_end|>"
 COMPARED_IMAGES = [[2223], [64, 256], [1024], [256, 64, 768]]
 GROWTH_SIZES = [64, 256, 1024, 2223, 128, 512, 768, 1536]
 #: The result's records of the compared batches (tokens, prompt logprobs, decoder inputs,
-#: embedding digests: ~0.9 MB an engine), which the engine tests compare and a benchmark's
+#: embedding digests), which the engine tests compare and a benchmark's
 #: report leaves out.
 COMPARISON_RECORDS = ("compared", "compared_again", "compared_inputs", "embeddings", "embeddings_after_compared")
 

@@ -6,7 +6,7 @@
 # encoder CUDA graphs with the ViT backend vLLM picks and Triton's, the in-place weight reload,
 # `vllm serve` + the openai client), writes each engine's figures and junit.xml to OUT_DIR,
 # and prints a pass/fail table. Checkpoints are made in the tests (dummy weights): nothing is
-# downloaded. Needs one CUDA GPU with about 40 GiB free; takes 15-25 minutes.
+# downloaded. Needs one CUDA GPU with about 40 GiB free.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out="${1:-gpu-proof}"

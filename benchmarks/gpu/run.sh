@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the H200, one stage per `run` call, each under the 600 s a command may take. Logs and
+# On the GPU machine, one stage per `run` call, each under the 600 s a command may take. Logs and
 # results land in $OUT. Two harnesses: the real wheel (.gpu-real/run.sh from
 # ../shared/gpu/realwheel.sh, and .gpu-ablation from benchmarks/series_ablation.py prepare:
 # carry both; used whenever .gpu-real is there) or the stand-ins (benchmarks/gpu/stage.sh,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stage everything one H200 session runs into .gpu/ (git-excluded; carried with `carry: [".gpu"]`):
+# Stage everything one GPU session runs into .gpu/ (git-excluded; carried with `carry: [".gpu"]`):
 # the patched tree and stand-ins (../shared/gpu/pack.sh), the fork's GPU tests and benchmarks,
 # and the vLLM-tree tests of the patches. Run from the checkout's root after `invoke apply`.
 # vllm_fork_testkit (what the tests and benchmarks share) is not copied: the device runs from the

@@ -18,7 +18,7 @@ Inductor timing its reductions' configs on the device: on the real wheel (gpu-re
 2026-12-05, 2026-12-05b) such a pair's prompt logprobs parted from one position on while the
 decoder's inputs, input embeddings and deepstack alike, were equal bit for bit; the test of
 that pair holds such a difference to kernels its two compiles chose differently
-(docs/tower-streaming.md, "Compiled decoders"). Figures go to `$VLLM_FORK_RESULTS` as
+(benchmarks/results/gpu-real/logprob-classes.md). Figures go to `$VLLM_FORK_RESULTS` as
 `engine_qwen3_vl_encoder_cudagraphs_<backend>.json.gz`.
 """
 

@@ -10,7 +10,7 @@ resident one inside the real engine. With decoder CUDA graphs (vLLM's defaults: 
 decoder compiled by torch.compile) both engines compile in Inductor's deterministic mode,
 each into caches of its own: without it each compile times its reductions' configs on the
 device and may pick others, and two compiles of the same resident model can then differ in
-their last bits (docs/tower-streaming.md, "Compiled decoders"). A third engine, streamed in
+their last bits (benchmarks/results/gpu-real/logprob-classes.md). A third engine, streamed in
 the resident engine's caches, must load that compile (patch 12). Figures go to
 `$VLLM_FORK_RESULTS` (when set) as `engine_<family>_<graphs>.json.gz`.
 """

@@ -42,7 +42,7 @@ def build(c, route="auto", no_apply=False, source=None):
     )
 
 
-@task(help={"wheel": "the wheel to check, e.g. dist/vllm-0.33.0+fork.xxxxxxxx-cp38-abi3-manylinux_2_28_x86_64.whl"})
+@task(help={"wheel": "the wheel to check: dist/vllm-<version>+fork.<label>-<tag>.whl, as `invoke build` names it"})
 def verify(c, wheel):
     """Check a wheel against its provenance record and the ops artifact."""
     report = _run(do_verify, Path(wheel))

@@ -35,9 +35,12 @@ def _print_outcome(outcome: rebase_mod.Outcome) -> None:
     raise Exit(code=CONFLICT_EXIT)
 
 
+# Long options only: invoke's automatic short flags gave --accept-failing-tests the flag `--`
+# (every letter before its first dash was taken).
 @task(
+    auto_shortflags=False,
     help={
-        "to": "release version (0.34.0), tag (v0.34.0) or, with --source git, a full commit id",
+        "to": "a release version (X.Y.Z), its tag (vX.Y.Z) or, with --source git, a full commit id",
         "latest": "the newest vLLM release on the package index",
         "continue_": "after resolving and staging the stopped patch in build/vllm: go on",
         "abort": "put build/vllm, patches/ and upstream.toml back exactly as before",

@@ -6,9 +6,8 @@ User and system git config are ignored (a user's `format.signature`,
 `diff.renames` or `am.threeWay` must not change a patch or a commit id), and
 commits made by the tooling carry a fixed committer and date.
 
-Plain subprocesses, not GitPython: `import git` adds about 145 ms to every command, more
-than its in-Python ref reads save on apply, export or check
-(benchmarks/results/git_layer.json).
+Plain subprocesses, not GitPython: importing it costs every command more than its in-Python
+ref reads save on apply, export or check (benchmarks/results/git_layer.json).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Copying zip entries between archives without decompressing or recompressing them.
 
-The compiled members are ~800 MB deflated; inflating and deflating them again is
+The compiled members are most of the wheel's bytes; inflating and deflating them again is
 what makes vLLM's precompiled route slow. A raw copy moves the compressed bytes
 as they are, with the CRC and sizes of the source's central directory.
 """

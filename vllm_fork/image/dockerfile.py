@@ -57,7 +57,7 @@ def retarget_base(dockerfile: Path, old_tag: str, new_tag: str) -> bool:
     """Point the Dockerfile's base image at a new release (after a rebase).
 
     The digest pinned for the old tag no longer applies, so it is cleared; the
-    README says how to pin the new one. Returns whether the file changed.
+    docs/docker.md says how to pin the new one. Returns whether the file changed.
     """
     if not dockerfile.exists():
         return False

@@ -79,7 +79,7 @@ def upstream_status_problems(patches: list[Path]) -> list[Problem]:
 
 
 def _apply_all_at_once(tree: Path, patches: list[Path]) -> int:
-    """One `git am` for the whole queue (one process, not one per patch: 100 patches, 2-3x faster).
+    """One `git am` for the whole queue (one process, not one per patch, which costs a process each).
 
     Returns how many patches it committed: all of them, or those before the first
     that does not apply (the caller then tests that one and the rest one by one).

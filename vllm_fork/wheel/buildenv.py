@@ -5,7 +5,7 @@ tree) except torch, which is a stand-in: on the precompiled route and for metada
 vLLM's setup.py only reads `torch.__version__`, `torch.version.cuda/hip/xpu` and
 `torch.utils.cpp_extension.CUDA_HOME/ROCM_HOME`. The stand-in reports the torch
 release and CUDA version the official wheel was built against (these decide the
-wheel's Requires-Dist), and costs kilobytes instead of a 5.4 GB, 67 s install.
+wheel's Requires-Dist), and costs kilobytes instead of a multi-gigabyte install.
 A compile (cache miss) needs the real torch; `real_torch=True` installs it.
 """
 

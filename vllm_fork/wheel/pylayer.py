@@ -6,7 +6,7 @@ even reading it. Keyed by the git tree id of `vllm/`; made once per pinned relea
 
 Like every cached thing, the layer is verified on every use: `<tree id>.json`, its
 manifest, names the layer file and its sha256, and `open_layer` hashes the file
-through the very handle the wheel is then copied from (~10 ms for 12 MB), so the
+through the very handle the wheel is then copied from, so the
 bytes checked are the bytes used. A layer that does not match is rebuilt, with a
 warning. The layer file's name carries its sha256, and both files are written
 through a temp file and a rename, so concurrent builders only ever replace a file
