@@ -6,20 +6,23 @@ import enum
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vllm_fork.core.errors import ConfigError, ForkError
 from vllm_fork.core.git import am, am_abort, git, operation_in_progress, out
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.core.paths import patches_dir as default_patches_dir
+from vllm_fork.queue import checkcache
 from vllm_fork.queue.apply import conflicts_at, prepare_tree
 from vllm_fork.queue.carry import status_problems
 from vllm_fork.queue.export import format_patches
 from vllm_fork.queue.patchfile import PatchFile, parse_patch
+from vllm_fork.queue.privatenames import PrivateUse
 from vllm_fork.queue.report import PatchReport, Policy, add_private_names, judge, load_policy, patch_report
 from vllm_fork.queue.selfcontained import prefix_findings
 from vllm_fork.queue.series import series_entries, series_problems
 from vllm_fork.upstream.pin import Pin, load_pin
-from vllm_fork.upstream.sources import ensure_upstream
+from vllm_fork.upstream.sources import Upstream, ensure_upstream
 
 #: A body shorter than this cannot say why a change is needed.
 MIN_WHY_CHARS = 20
@@ -180,20 +183,74 @@ def review(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = 
     parsed, reports, policy, found = policy_review(pdir, entries, readable)
     problems += found
     upstream = ensure_upstream(pin, source)
+    # What the tree stage finds follows from the upstream commit and patches/ alone: kept by content.
+    key = checkcache.queue_key(upstream.commit, pin.tag, pdir)
+    stored = checkcache.load_result(key)
+    if stored is None:
+        memo = checkcache.Memo(persist=True)
+        stage = tree_stage(root, upstream, pin.tag, pdir, entries, readable, parsed, reports, memo)
+        memo.save()
+        checkcache.store_result(key, stage.to_json())
+    else:
+        stage = TreeStage.from_json(stored)
+    if stage.private is not None:
+        for report, private in zip(reports, stage.private):
+            report.private = private
+    return Review(problems + stage.problems, reports, parsed, policy)
+
+
+@dataclass
+class TreeStage:
+    """What applying the queue to upstream finds: apply, self-containment and export problems,
+    and each readable patch's private names (None when the queue does not apply)."""
+
+    problems: list[Problem]
+    private: list[list[PrivateUse]] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "problems": [[p.kind.value, p.patch, p.message] for p in self.problems],
+            "private": None
+            if self.private is None
+            else [[[u.name, u.qualified, u.path, u.line] for u in uses] for uses in self.private],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TreeStage:
+        problems = [Problem(Kind(kind), patch, message) for kind, patch, message in data["problems"]]
+        private = data["private"]
+        return cls(problems, None if private is None else [[PrivateUse(*u) for u in uses] for uses in private])
+
+
+def tree_stage(
+    root: Path,
+    upstream: Upstream,
+    tag: str,
+    pdir: Path,
+    entries: list[str],
+    readable: list[Path],
+    parsed: list[PatchFile],
+    reports: list[PatchReport],
+    memo: checkcache.Memo,
+) -> TreeStage:
+    """Apply the readable patches in the check tree; each prefix must stand; export must round-trip."""
     tree = root / "build" / ".check-tree"
-    prepare_tree(tree, upstream, pin.tag, force=True, borrow_objects=True)
+    prepare_tree(tree, upstream, tag, force=True, borrow_objects=True)
     failed = apply_problems(tree, readable)
-    problems += failed
+    problems = list(failed)
+    private: list[list[PrivateUse]] | None = None
     if not failed:
         # Commit i of the check tree is exactly upstream + patches 1..i: each prefix must stand.
-        findings = prefix_findings(tree, upstream.commit, [p.name for p in readable])
+        findings = prefix_findings(tree, upstream.commit, [p.name for p in readable], memo)
         problems += [Problem(Kind.PREFIX, f.patch, f.message) for f in findings]
         commits = git(tree, "rev-list", "--reverse", f"{upstream.commit}..HEAD").stdout.split()
         if len(commits) == len(readable):
-            add_private_names(reports, parsed, tree, commits)
+            scratch = [PatchReport(r.index, r.name, r.added, r.message) for r in reports]
+            add_private_names(scratch, parsed, tree, commits, memo)
+            private = [r.private or [] for r in scratch]
     if not failed and not series_problems(pdir) and len(readable) == len(entries):
         problems += export_problems(tree, pdir, entries)
-    return Review(problems, reports, parsed, policy)
+    return TreeStage(problems, private)
 
 
 def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> list[Problem]:
