@@ -11,7 +11,8 @@ computes it, the Python that runs it, the git that applies the patches):
   are analysed again.
 
 Every file is written atomically (a reader sees the old file or the new one); a
-cache file that cannot be read is a miss, never an error.
+cache file that cannot be read is a miss, and one that cannot be written is skipped:
+neither is an error.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vllm_fork.core import log
 from vllm_fork.core.fs import write_atomic
 from vllm_fork.core.paths import cache_subdir
 
@@ -80,9 +82,13 @@ def load_result(key: str) -> dict[str, Any] | None:
 
 
 def store_result(key: str, result: dict[str, Any]) -> None:
+    """Keep `result` for `key`; a cache that cannot be written (read-only, full) only costs speed."""
     folder = _folder()
-    write_atomic(folder / f"{key}.json", json.dumps({"key": key, **result}, sort_keys=True))
-    _prune(folder, "[0-9a-f]*.json", KEEP_RESULTS)
+    try:
+        write_atomic(folder / f"{key}.json", json.dumps({"key": key, **result}, sort_keys=True))
+        _prune(folder, "[0-9a-f]*.json", KEEP_RESULTS)
+    except OSError as exc:
+        log.detail(f"check: not cached ({exc})")
 
 
 def _prune(folder: Path, pattern: str, keep: int) -> None:
@@ -127,6 +133,9 @@ class Memo:
             return
         if len(self.entries) > MAX_MEMO_ENTRIES:
             self.entries = {k: v for k, v in self.entries.items() if k in self.used}
-        write_atomic(self.path, json.dumps(self.entries, separators=(",", ":")))
-        _prune(self.path.parent, "memo-*.json", KEEP_MEMOS)
+        try:
+            write_atomic(self.path, json.dumps(self.entries, separators=(",", ":")))
+            _prune(self.path.parent, "memo-*.json", KEEP_MEMOS)
+        except OSError as exc:
+            log.detail(f"check: file analyses not cached ({exc})")
         self.changed = False
