@@ -99,3 +99,25 @@ def test_the_analysis_version_follows_the_code(fork, monkeypatch, tmp_path):
         assert checkcache.analysis_version() != first
     finally:
         checkcache.analysis_version.cache_clear()
+
+
+def test_a_stored_review_is_the_review_computed(fork):
+    queue.apply(fork.root)
+    fork.commit_in_tree(
+        "mini/engine.py", "def run(x):", "from mini import config\n\n\ndef run(x):", "Read the config", WHY
+    )
+    fork.commit_in_tree("mini/engine.py", "return x * 2", "return x * config._scale + helper()", "Scale", "short")
+    names = export_queue(tree=fork.tree, root=fork.root)
+    (fork.patches / "policy.toml").write_text(
+        '[limits]\nsigned_off_by = true\n\n[[exception]]\npatch = "%s"\nlimit = "signed_off_by"\nreason = "test"\n'
+        % names[0]
+    )
+    fresh = check_mod.review(fork.root)
+    shutil.rmtree(fork.root / "build" / ".check-tree")
+    stored = check_mod.review(fork.root)
+    assert not (fork.root / "build" / ".check-tree").exists()  # read from the cache, not computed
+    assert {p.kind for p in fresh.problems} == {check_mod.Kind.MESSAGE, check_mod.Kind.PREFIX, check_mod.Kind.POLICY}
+    assert [u.qualified for u in fresh.reports[1].private or []] == ["mini.config._scale"]
+    assert fresh.reports[0].excused and fresh.reports[1].breaches
+    assert stored.problems == fresh.problems and stored.reports == fresh.reports
+    assert stored.policy == fresh.policy and [p.path for p in stored.patches] == [p.path for p in fresh.patches]

@@ -17,7 +17,6 @@ from vllm_fork.queue.apply import conflicts_at, prepare_tree
 from vllm_fork.queue.carry import status_problems
 from vllm_fork.queue.export import format_patches
 from vllm_fork.queue.patchfile import PatchFile, parse_patch
-from vllm_fork.queue.privatenames import PrivateUse
 from vllm_fork.queue.report import PatchReport, Policy, add_private_names, judge, load_policy, patch_report
 from vllm_fork.queue.selfcontained import prefix_findings
 from vllm_fork.queue.series import series_entries, series_problems
@@ -151,6 +150,23 @@ class Review:
     patches: list[PatchFile]
     policy: Policy
 
+    def to_json(self) -> dict[str, Any]:
+        """What the cache keeps: the problems and the reports (the patches and the policy are re-read)."""
+        return {
+            "problems": [[p.kind.value, p.patch, p.message] for p in self.problems],
+            "reports": [r.to_json() for r in self.reports],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], pdir: Path) -> Review:
+        problems = [Problem(Kind(kind), patch, message) for kind, patch, message in data["problems"]]
+        reports = [PatchReport.from_json(r) for r in data["reports"]]
+        try:
+            policy = load_policy(pdir)
+        except ConfigError:
+            policy = Policy()  # its problem is among those kept
+        return cls(problems, reports, [parse_patch(pdir / r.name) for r in reports], policy)
+
 
 def policy_review(
     pdir: Path, entries: list[str], readable: list[Path]
@@ -167,9 +183,27 @@ def policy_review(
 
 
 def review(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> Review:
-    """All problems with patches/ against the pin, and the per-patch report."""
+    """All problems with patches/ against the pin, and the per-patch report.
+
+    The review follows from the upstream commit and the bytes of patches/ alone: it is kept
+    in the cache under that key (checkcache), and only a changed queue is reviewed again.
+    """
     pin = pin or load_pin(root)
     pdir = default_patches_dir(root)
+    upstream = ensure_upstream(pin, source)
+    key = checkcache.queue_key(upstream.commit, pin.tag, pdir)
+    stored = checkcache.load_result(key)
+    if stored is not None:
+        return Review.from_json(stored, pdir)
+    memo = checkcache.Memo(persist=True)
+    found = fresh_review(root, pin, pdir, upstream, memo)
+    memo.save()
+    checkcache.store_result(key, found.to_json())
+    return found
+
+
+def fresh_review(root: Path, pin: Pin, pdir: Path, upstream: Upstream, memo: checkcache.Memo) -> Review:
+    """The review computed, not read from the cache (`memo` keeps each file's analysis by its text)."""
     problems = [Problem(Kind.SERIES, None, message) for message in series_problems(pdir)]
     entries = series_entries(pdir)
     listed = [pdir / e for e in entries if (pdir / e).is_file() and "/" not in e]
@@ -182,47 +216,11 @@ def review(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = 
     problems += upstream_status_problems(readable)
     parsed, reports, policy, found = policy_review(pdir, entries, readable)
     problems += found
-    upstream = ensure_upstream(pin, source)
-    # What the tree stage finds follows from the upstream commit and patches/ alone: kept by content.
-    key = checkcache.queue_key(upstream.commit, pin.tag, pdir)
-    stored = checkcache.load_result(key)
-    if stored is None:
-        memo = checkcache.Memo(persist=True)
-        stage = tree_stage(root, upstream, pin.tag, pdir, entries, readable, parsed, reports, memo)
-        memo.save()
-        checkcache.store_result(key, stage.to_json())
-    else:
-        stage = TreeStage.from_json(stored)
-    if stage.private is not None:
-        for report, private in zip(reports, stage.private):
-            report.private = private
-    return Review(problems + stage.problems, reports, parsed, policy)
+    problems += tree_problems(root, upstream, pin.tag, pdir, entries, readable, parsed, reports, memo)
+    return Review(problems, reports, parsed, policy)
 
 
-@dataclass
-class TreeStage:
-    """What applying the queue to upstream finds: apply, self-containment and export problems,
-    and each readable patch's private names (None when the queue does not apply)."""
-
-    problems: list[Problem]
-    private: list[list[PrivateUse]] | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "problems": [[p.kind.value, p.patch, p.message] for p in self.problems],
-            "private": None
-            if self.private is None
-            else [[[u.name, u.qualified, u.path, u.line] for u in uses] for uses in self.private],
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TreeStage:
-        problems = [Problem(Kind(kind), patch, message) for kind, patch, message in data["problems"]]
-        private = data["private"]
-        return cls(problems, None if private is None else [[PrivateUse(*u) for u in uses] for uses in private])
-
-
-def tree_stage(
+def tree_problems(
     root: Path,
     upstream: Upstream,
     tag: str,
@@ -232,25 +230,23 @@ def tree_stage(
     parsed: list[PatchFile],
     reports: list[PatchReport],
     memo: checkcache.Memo,
-) -> TreeStage:
-    """Apply the readable patches in the check tree; each prefix must stand; export must round-trip."""
+) -> list[Problem]:
+    """Apply the readable patches in the check tree; each prefix must stand; export must round-trip.
+    Fills each report's private names when the queue applies."""
     tree = root / "build" / ".check-tree"
     prepare_tree(tree, upstream, tag, force=True, borrow_objects=True)
     failed = apply_problems(tree, readable)
     problems = list(failed)
-    private: list[list[PrivateUse]] | None = None
     if not failed:
         # Commit i of the check tree is exactly upstream + patches 1..i: each prefix must stand.
         findings = prefix_findings(tree, upstream.commit, [p.name for p in readable], memo)
         problems += [Problem(Kind.PREFIX, f.patch, f.message) for f in findings]
         commits = git(tree, "rev-list", "--reverse", f"{upstream.commit}..HEAD").stdout.split()
         if len(commits) == len(readable):
-            scratch = [PatchReport(r.index, r.name, r.added, r.message) for r in reports]
-            add_private_names(scratch, parsed, tree, commits, memo)
-            private = [r.private or [] for r in scratch]
+            add_private_names(reports, parsed, tree, commits, memo)
     if not failed and not series_problems(pdir) and len(readable) == len(entries):
         problems += export_problems(tree, pdir, entries)
-    return TreeStage(problems, private)
+    return problems
 
 
 def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> list[Problem]:

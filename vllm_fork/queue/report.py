@@ -196,6 +196,31 @@ class PatchReport:
         """Code added by a patch that adds no test lines."""
         return self.added[CODE] > 0 and self.added[TESTS] == 0
 
+    def to_json(self) -> dict[str, Any]:
+        """As plain JSON values (what `invoke check`'s cache keeps)."""
+        return {
+            "index": self.index,
+            "name": self.name,
+            "added": self.added,
+            "message": [self.message.lines, self.message.signed_off, self.message.upstream_status],
+            "private": None if self.private is None else [[u.name, u.qualified, u.path, u.line] for u in self.private],
+            "breaches": [[b.patch, b.limit, b.what] for b in self.breaches],
+            "excused": [[[b.patch, b.limit, b.what], why] for b, why in self.excused],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PatchReport:
+        private = data["private"]
+        return cls(
+            data["index"],
+            data["name"],
+            data["added"],
+            Message(*data["message"]),
+            None if private is None else [PrivateUse(*u) for u in private],
+            [Breach(*b) for b in data["breaches"]],
+            [(Breach(*b), why) for b, why in data["excused"]],
+        )
+
 
 def patch_report(index: int, patch: PatchFile) -> PatchReport:
     added = {CODE: 0, TESTS: 0, DOCS: 0}
