@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "queue_speed.json")
     parser.add_argument("--smoke", action="store_true", help="the tool's steps only, not the by-hand ones: no ratios")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     pin = load_pin()
     sdist = fetch("vllm", pin.sdist.filename, pin.sdist.sha256)  # cached: excluded from timings
     results: dict[str, float] = {}
@@ -117,6 +118,8 @@ def main() -> None:
     record = {
         "command": "python benchmarks/queue_speed.py",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        # The machine is shared: its 1-minute load average before and after the run says how busy it was.
+        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "upstream": pin.sdist.filename,
         "patches": len(patches),
         "results": results,

@@ -108,10 +108,8 @@ def test_a_stored_review_is_the_review_computed(fork):
     )
     fork.commit_in_tree("mini/engine.py", "return x * 2", "return x * config._scale + helper()", "Scale", "short")
     names = export_queue(tree=fork.tree, root=fork.root)
-    (fork.patches / "policy.toml").write_text(
-        '[limits]\nsigned_off_by = true\n\n[[exception]]\npatch = "%s"\nlimit = "signed_off_by"\nreason = "test"\n'
-        % names[0]
-    )
+    exception = f'[[exception]]\npatch = "{names[0]}"\nlimit = "signed_off_by"\nreason = "test"\n'
+    (fork.patches / "policy.toml").write_text("[limits]\nsigned_off_by = true\n\n" + exception)
     fresh = check_mod.review(fork.root)
     shutil.rmtree(fork.root / "build" / ".check-tree")
     stored = check_mod.review(fork.root)

@@ -321,14 +321,10 @@ def all_imports(source: str, path: str) -> list[_Import]:
 
 def imports_of(source: str, path: str, first_party: set[str], memo: Memo | None = None) -> list[_Import]:
     """The file's imports of first-party modules, made absolute."""
-    if memo is None:
-        found = all_imports(source, path)
-    else:
-        rows = memo.get(
-            "imports", source, path, lambda: [[i.module, i.name, i.line] for i in all_imports(source, path)]
-        )
-        found = [_Import(module, name, line) for module, name, line in rows]
-    return [imp for imp in found if imp.module.split(".")[0] in first_party]
+    rows = (memo or Memo()).get(
+        "imports", source, path, lambda: [[i.module, i.name, i.line] for i in all_imports(source, path)]
+    )
+    return [_Import(module, name, line) for module, name, line in rows if module.split(".")[0] in first_party]
 
 
 @dataclass(frozen=True)
@@ -338,9 +334,7 @@ class _Missing:
     name: str  # the missing name; '' when the module itself is missing
 
 
-def _bindings(source: str, path: str, memo: Memo | None) -> frozenset[str] | None:
-    if memo is None:
-        return module_bindings(source, path)
+def _bindings(source: str, path: str, memo: Memo) -> frozenset[str] | None:
     names = memo.get("bindings", source, path, lambda: _sorted_or_none(module_bindings(source, path)))
     return None if names is None else frozenset(names)
 
@@ -349,14 +343,12 @@ def _sorted_or_none(names: frozenset[str] | None) -> list[str] | None:
     return None if names is None else sorted(names)
 
 
-def _undefined(source: str, path: str, memo: Memo | None) -> dict[str, int] | str:
-    if memo is None:
-        return undefined_names(source, path)
+def _undefined(source: str, path: str, memo: Memo) -> dict[str, int] | str:
     found: dict[str, int] | str = memo.get("undefined", source, path, lambda: undefined_names(source, path))
     return found
 
 
-def _import_problem(imp: _Import, snap: _Snapshot, blobs: Blobs, memo: Memo | None = None) -> _Missing | None:
+def _import_problem(imp: _Import, snap: _Snapshot, blobs: Blobs, memo: Memo) -> _Missing | None:
     """What is missing for `imp` at the snapshot's commit, or None when it resolves."""
     parts = imp.module.split(".")
     for i in range(1, len(parts) + 1):
@@ -420,6 +412,7 @@ def prefix_findings(tree: Path, base: str, patches: list[str], memo: Memo | None
     commits = git(tree, "rev-list", "--reverse", f"{base}..HEAD").stdout.split()
     if len(commits) != len(patches):
         return []  # not one commit per patch: apply_problems has reported why
+    memo = memo or Memo()
     blobs = Blobs(tree)
     snapshots = {base: _Snapshot(base, (files := _paths_at(tree, base)), _dirs_of(files), base=base)}
     findings: list[Finding] = []
@@ -454,7 +447,7 @@ class _Context:
     before: _Snapshot  # the tree before it
     first_party: set[str]
     later: list[tuple[str, str]]  # (commit, patch name) of the patches after it
-    memo: Memo | None
+    memo: Memo
 
 
 def _file_findings(ctx: _Context, path: str) -> list[Finding]:
