@@ -8,7 +8,8 @@ Measured in one run, downloads excluded (the sdist is taken from the shared cach
 - `check`, cold (first scratch tree) and warm, in-process;
 - the `invoke check` command itself, as a user runs it on this checkout's queue (a new
   process each time, wall time): once cold (empty check cache), then the median of
-  WARM_RUNS warm runs.
+  WARM_RUNS warm runs, with Python's bytecode cache and without it, and `invoke status`
+  beside it for scale.
 """
 
 from __future__ import annotations
@@ -55,11 +56,24 @@ def naive_import(sdist: Path, work: Path) -> None:
         subprocess.run(["git", "-C", str(work), *args], check=True, env=env)
 
 
-def invoke_check() -> float:
-    """Wall time of one `invoke check` on this checkout, in a new process."""
+#: The runs of the command itself: name -> (task, whether Python may cache bytecode).
+COMMAND_RUNS = {
+    "invoke_check": ("check", True),
+    # As this machine's environment sets it (PYTHONDONTWRITEBYTECODE=1): every module compiled each run.
+    "invoke_check_no_pyc": ("check", False),
+    # The same process start and imports, for scale: what any task costs before its own work.
+    "invoke_status": ("status", True),
+}
+
+
+def invoke(task: str, pyc: bool = True) -> float:
+    """Wall time of one `invoke <task>` on this checkout, in a new process."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if not pyc:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "invoke", "check"], cwd=REPO, env=env, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "invoke", task], cwd=REPO, env=env, check=True, capture_output=True)
     return time.perf_counter() - start
 
 
@@ -105,11 +119,15 @@ def main() -> None:
         # The command as users run it, on this checkout's queue, with the downloads and the
         # upstream import above; its first run finds no check results (cold).
         shutil.rmtree(tmp / "cache" / CACHE_NAME, ignore_errors=True)
-        results["invoke_check_cold_s"] = invoke_check()
-        warm = [invoke_check() for _ in range(1 if args.smoke else WARM_RUNS)]
-        results["invoke_check_warm_median_s"] = statistics.median(warm)
+        results["invoke_check_cold_s"] = invoke("check")
+        runs: dict[str, list[float]] = {name: [] for name in COMMAND_RUNS}
+        for _ in range(1 if args.smoke else WARM_RUNS):  # interleaved: a busy spell hits each alike
+            for name, (task, pyc) in COMMAND_RUNS.items():
+                runs[name].append(invoke(task, pyc))
+        for name, times in runs.items():
+            results[f"{name}_warm_median_s"] = statistics.median(times)
     results = {k: round(v, 3) for k, v in results.items()}
-    results_runs = {"invoke_check_warm_runs_s": [round(t, 3) for t in warm]}
+    results_runs = {f"{name}_warm_runs_s": [round(t, 3) for t in times] for name, times in runs.items()}
     if not args.smoke:
         results["ratio_import_naive_over_fast"] = round(
             results["import_tar_git_add_s"] / results["import_fast_import_s"], 2
@@ -124,7 +142,8 @@ def main() -> None:
         "patches": len(patches),
         "results": results,
         "runs": results_runs,
-        "invoke_check": f"`invoke check` in {REPO.name}/ (new process, wall): 1 cold run, then the median of {WARM_RUNS}",
+        "invoke": f"`invoke check` in {REPO.name}/ (new process, wall): 1 cold run (no check results in the cache), "
+        f"then the median of {WARM_RUNS} warm runs, with and without bytecode caching; `invoke status` beside them",
     }
     write_atomic(args.out, json.dumps(record, indent=2) + "\n")
     print(json.dumps(record, indent=2))
