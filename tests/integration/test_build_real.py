@@ -15,9 +15,11 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import pytest
 from support.buildtrees import applied_fork_root, fork_root
 
+from vllm_fork.cli import jsonout
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.core.zipraw import copy_raw
 from vllm_fork.ops import cache as opscache
@@ -120,6 +122,20 @@ def test_verify_catches_a_changed_compiled_member(real_root, fast_build, tmp_pat
     provenance.write(bad, record)
     report = verify(bad, real_root)
     assert any("compiled member" in p and target in p for p in report.problems)
+    # `invoke verify --json`'s document says the same, in its documented shape.
+    doc = verify_document(bad, report)
+    assert doc["ok"] is False and doc["problems"] == report.problems
+
+
+def verify_document(wheel: Path, report) -> dict:
+    doc = json.loads(json.dumps(jsonout.document("verify", jsonout.verify_document(str(wheel), report))))
+    jsonschema.validate(doc, jsonout.schema("verify"))
+    return doc
+
+
+def test_verify_json_of_a_sound_wheel(real_root, fast_build):
+    doc = verify_document(fast_build.wheel, verify(fast_build.wheel, real_root))
+    assert doc["ok"] is True and doc["problems"] == [] and doc["checks"]
 
 
 def _link_cache(shared: Path, fresh: Path) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from invoke import task
-
 from vllm_fork.cli.exit import user_errors
+from vllm_fork.cli.usage import task
 from vllm_fork.core.errors import ForkError
 from vllm_fork.image import engine as engines
 from vllm_fork.image import plan as img

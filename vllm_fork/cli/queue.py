@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import sys
 
-from invoke import Exit, Task, task
+from invoke import Exit
 
+from vllm_fork.cli import jsonout
 from vllm_fork.cli.exit import run_or_exit as _run
+from vllm_fork.cli.usage import CliTask, task
 from vllm_fork.queue import apply as queue
 from vllm_fork.queue import check as check_mod
 from vllm_fork.queue.export import export as export_queue
 from vllm_fork.queue.report import format_report
-from vllm_fork.queue.status import status_report
+from vllm_fork.queue.status import format_status
+from vllm_fork.queue.status import status as queue_status
 
 
-class ApplyTask(Task):
+class ApplyTask(CliTask):
     """`--3way` as git spells it, besides invoke's own `--three-way`."""
 
     def get_arguments(self, ignore_unknown_help=None):
@@ -63,12 +66,15 @@ def export(c):
         "source": "pypi or git (default from upstream.toml)",
         "report": "first print each patch's added lines (code, tests, docs), upstream private names, "
         "message and policy verdict, as Markdown tables",
+        "json": "print the result as JSON (schema: vllm_fork/cli/schemas/check.schema.json), the report included",
     }
 )
-def check(c, source=None, report=False):
+def check(c, source=None, report=False, json_=False):
     """CI gate: series/files agree, every patch applies strictly, export round-trips, messages say why, policy."""
     result = _run(check_mod.review, source=source)
-    if report:
+    if json_:
+        jsonout.emit("check", jsonout.check_document(result))
+    elif report:
         print(format_report(result.reports, result.patches, result.policy))
         print()
     if result.problems:
@@ -76,10 +82,20 @@ def check(c, source=None, report=False):
         for problem in result.problems:
             print(f"  - {problem.message}", file=sys.stderr)
         raise Exit(code=1)
-    print("check: ok")
+    if not json_:
+        print("check: ok")
 
 
-@task(help={"source": "pypi or git (default from upstream.toml)"})
-def status(c, source=None):
+@task(
+    help={
+        "source": "pypi or git (default from upstream.toml)",
+        "json": "print it as JSON (schema: vllm_fork/cli/schemas/status.schema.json)",
+    }
+)
+def status(c, source=None, json_=False):
     """The pin, the source, and each patch with the files it touches."""
-    print(_run(status_report, source=source))
+    found = _run(queue_status, source=source)
+    if json_:
+        jsonout.emit("status", jsonout.status_document(found))
+    else:
+        print(format_status(found))

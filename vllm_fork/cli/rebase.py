@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from invoke import Exit, task
+from invoke import Exit
 
+from vllm_fork.cli import jsonout
 from vllm_fork.cli.exit import user_errors
+from vllm_fork.cli.usage import UsageError, task
 from vllm_fork.core.paths import default_tree
 from vllm_fork.queue.treelock import locked
 from vllm_fork.rebase import run as rebase_mod
@@ -54,6 +56,7 @@ def _print_outcome(outcome: rebase_mod.Outcome) -> None:
         "replace_branch": "rebuild rebase/<version> if it already exists (the bot does)",
         "seed": "when the compiled inputs changed, seed the ops cache from the new release's official wheel",
         "survey": "only forecast every patch on the new upstream (changes nothing; report in build/rebase-survey.md)",
+        "json": "with --survey: print the forecast as JSON (schema: vllm_fork/cli/schemas/rebase-survey.schema.json)",
     },
 )
 def rebase(
@@ -71,9 +74,12 @@ def rebase(
     seed=False,
     survey=False,
     accept_failing_tests=False,
+    json_=False,
 ):
     """Rebase patches/ onto a new upstream (forecast first); classify every patch; commit on rebase/<version>."""
     with user_errors():
+        if json_ and not survey:
+            raise UsageError("--json goes with --survey (the forecast); a rebase itself reports in build/")
         # A rebase killed half-way leaves git's lock files in build/vllm; taking the tree's
         # lock removes them (and waits for a build running there). The lock is not held while
         # the rebase runs: its test command may run builds of its own.
@@ -89,8 +95,11 @@ def rebase(
             return
         if survey:
             result, text, path = rebase_mod.survey_only(to=to, latest=latest, source=source, remote=remote)
-            print(text)
-            print(f"report: {path}")
+            if json_:
+                jsonout.emit("rebase-survey", jsonout.survey_document(result, path))
+            else:
+                print(text)
+                print(f"report: {path}")
             if result.failing():
                 raise Exit(code=CONFLICT_EXIT)
             return

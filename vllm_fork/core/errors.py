@@ -38,6 +38,12 @@ class BuildError(ForkError):
     """vLLM's setup.py (or the build env's pip) failed; the message holds its output's tail."""
 
 
+class UsageError(ForkError):
+    """The command line itself is wrong: an option where a value was due, options that exclude each other."""
+
+    exit_code = 2  # as getopt and argparse tools do: scripts can tell a typo from a failure
+
+
 class DiskFull(ForkError):
     """A write failed for lack of space (ENOSPC, EDQUOT); the half-written file was removed."""
 

@@ -6,11 +6,13 @@ import enum
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vllm_fork.core.errors import ConfigError, ForkError
 from vllm_fork.core.git import am, am_abort, git, operation_in_progress, out
 from vllm_fork.core.paths import REPO_ROOT
 from vllm_fork.core.paths import patches_dir as default_patches_dir
+from vllm_fork.queue import checkcache
 from vllm_fork.queue.apply import conflicts_at, prepare_tree
 from vllm_fork.queue.carry import status_problems
 from vllm_fork.queue.export import format_patches
@@ -19,7 +21,7 @@ from vllm_fork.queue.report import PatchReport, Policy, add_private_names, judge
 from vllm_fork.queue.selfcontained import prefix_findings
 from vllm_fork.queue.series import series_entries, series_problems
 from vllm_fork.upstream.pin import Pin, load_pin
-from vllm_fork.upstream.sources import ensure_upstream
+from vllm_fork.upstream.sources import Upstream, ensure_upstream
 
 #: A body shorter than this cannot say why a change is needed.
 MIN_WHY_CHARS = 20
@@ -148,6 +150,23 @@ class Review:
     patches: list[PatchFile]
     policy: Policy
 
+    def to_json(self) -> dict[str, Any]:
+        """What the cache keeps: the problems and the reports (the patches and the policy are re-read)."""
+        return {
+            "problems": [[p.kind.value, p.patch, p.message] for p in self.problems],
+            "reports": [r.to_json() for r in self.reports],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], pdir: Path) -> Review:
+        problems = [Problem(Kind(kind), patch, message) for kind, patch, message in data["problems"]]
+        reports = [PatchReport.from_json(r) for r in data["reports"]]
+        try:
+            policy = load_policy(pdir)
+        except ConfigError:
+            policy = Policy()  # its problem is among those kept
+        return cls(problems, reports, [parse_patch(pdir / r.name) for r in reports], policy)
+
 
 def policy_review(
     pdir: Path, entries: list[str], readable: list[Path]
@@ -164,9 +183,27 @@ def policy_review(
 
 
 def review(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> Review:
-    """All problems with patches/ against the pin, and the per-patch report."""
+    """All problems with patches/ against the pin, and the per-patch report.
+
+    The review follows from the upstream commit and the bytes of patches/ alone: it is kept
+    in the cache under that key (checkcache), and only a changed queue is reviewed again.
+    """
     pin = pin or load_pin(root)
     pdir = default_patches_dir(root)
+    upstream = ensure_upstream(pin, source)
+    key = checkcache.queue_key(upstream.commit, pin.tag, pdir)
+    stored = checkcache.load_result(key)
+    if stored is not None:
+        return Review.from_json(stored, pdir)
+    memo = checkcache.Memo(persist=True)
+    found = fresh_review(root, pin, pdir, upstream, memo)
+    memo.save()
+    checkcache.store_result(key, found.to_json())
+    return found
+
+
+def fresh_review(root: Path, pin: Pin, pdir: Path, upstream: Upstream, memo: checkcache.Memo) -> Review:
+    """The review computed, not read from the cache (`memo` keeps each file's analysis by its text)."""
     problems = [Problem(Kind.SERIES, None, message) for message in series_problems(pdir)]
     entries = series_entries(pdir)
     listed = [pdir / e for e in entries if (pdir / e).is_file() and "/" not in e]
@@ -179,21 +216,37 @@ def review(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = 
     problems += upstream_status_problems(readable)
     parsed, reports, policy, found = policy_review(pdir, entries, readable)
     problems += found
-    upstream = ensure_upstream(pin, source)
+    problems += tree_problems(root, upstream, pin.tag, pdir, entries, readable, parsed, reports, memo)
+    return Review(problems, reports, parsed, policy)
+
+
+def tree_problems(
+    root: Path,
+    upstream: Upstream,
+    tag: str,
+    pdir: Path,
+    entries: list[str],
+    readable: list[Path],
+    parsed: list[PatchFile],
+    reports: list[PatchReport],
+    memo: checkcache.Memo,
+) -> list[Problem]:
+    """Apply the readable patches in the check tree; each prefix must stand; export must round-trip.
+    Fills each report's private names when the queue applies."""
     tree = root / "build" / ".check-tree"
-    prepare_tree(tree, upstream, pin.tag, force=True, borrow_objects=True)
+    prepare_tree(tree, upstream, tag, force=True, borrow_objects=True)
     failed = apply_problems(tree, readable)
-    problems += failed
+    problems = list(failed)
     if not failed:
         # Commit i of the check tree is exactly upstream + patches 1..i: each prefix must stand.
-        findings = prefix_findings(tree, upstream.commit, [p.name for p in readable])
+        findings = prefix_findings(tree, upstream.commit, [p.name for p in readable], memo)
         problems += [Problem(Kind.PREFIX, f.patch, f.message) for f in findings]
         commits = git(tree, "rev-list", "--reverse", f"{upstream.commit}..HEAD").stdout.split()
         if len(commits) == len(readable):
-            add_private_names(reports, parsed, tree, commits)
+            add_private_names(reports, parsed, tree, commits, memo)
     if not failed and not series_problems(pdir) and len(readable) == len(entries):
         problems += export_problems(tree, pdir, entries)
-    return Review(problems, reports, parsed, policy)
+    return problems
 
 
 def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> list[Problem]:

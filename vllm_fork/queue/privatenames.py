@@ -142,6 +142,12 @@ def private_uses(source: str, path: str, added: set[int], first_party: frozenset
 
     Code that does not parse uses none that can be told (`invoke check` reports the syntax error).
     """
+    return [use for use in all_private_uses(source, path, first_party) if use.line in added]
+
+
+def all_private_uses(source: str, path: str, first_party: frozenset[str]) -> list[PrivateUse]:
+    """Upstream private names used on any line of `path`, sorted by line (`private_uses` picks
+    those on the lines a patch adds; this whole-file form is what the check's cache keeps)."""
     try:
         module = ast.parse(source, path)
     except (SyntaxError, ValueError):
@@ -151,7 +157,7 @@ def private_uses(source: str, path: str, added: set[int], first_party: frozenset
     found: list[PrivateUse] = []
     for node in ast.walk(module):
         line = getattr(node, "lineno", None)
-        if line not in added:
+        if line is None:
             continue
         if isinstance(node, ast.Import | ast.ImportFrom):
             found += [PrivateUse(name, name, path, node.lineno) for name in _import_uses(node, path, first_party)]

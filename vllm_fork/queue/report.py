@@ -28,15 +28,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from vllm_fork.core.errors import ConfigError, GitError
+from vllm_fork.core.errors import ConfigError
 from vllm_fork.core.fs import read_toml
 from vllm_fork.core.git import git
 from vllm_fork.queue.carry import message_of, trailers, upstream_status
+from vllm_fork.queue.checkcache import Memo
 from vllm_fork.queue.patchfile import FileDiff, PatchFile
-from vllm_fork.queue.privatenames import PrivateUse, private_uses
+from vllm_fork.queue.privatenames import PrivateUse, all_private_uses
+from vllm_fork.queue.selfcontained import Blobs
 
 POLICY_FILE = "policy.toml"
 MAX_CODE_LINES, MAX_MESSAGE_LINES, SIGNED_OFF_BY = "max_code_lines", "max_message_lines", "signed_off_by"
@@ -193,6 +196,31 @@ class PatchReport:
         """Code added by a patch that adds no test lines."""
         return self.added[CODE] > 0 and self.added[TESTS] == 0
 
+    def to_json(self) -> dict[str, Any]:
+        """As plain JSON values (what `invoke check`'s cache keeps)."""
+        return {
+            "index": self.index,
+            "name": self.name,
+            "added": self.added,
+            "message": [self.message.lines, self.message.signed_off, self.message.upstream_status],
+            "private": None if self.private is None else [[u.name, u.qualified, u.path, u.line] for u in self.private],
+            "breaches": [[b.patch, b.limit, b.what] for b in self.breaches],
+            "excused": [[[b.patch, b.limit, b.what], why] for b, why in self.excused],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PatchReport:
+        private = data["private"]
+        return cls(
+            data["index"],
+            data["name"],
+            data["added"],
+            Message(*data["message"]),
+            None if private is None else [PrivateUse(*u) for u in private],
+            [Breach(*b) for b in data["breaches"]],
+            [(Breach(*b), why) for b, why in data["excused"]],
+        )
+
 
 def patch_report(index: int, patch: PatchFile) -> PatchReport:
     added = {CODE: 0, TESTS: 0, DOCS: 0}
@@ -267,13 +295,6 @@ def stale_exceptions(reports: list[PatchReport], policy: Policy) -> list[str]:
 # -- private names, from the check tree --
 
 
-def _text_at(tree: Path, commit: str, path: str) -> str | None:
-    try:
-        return git(tree, "show", f"{commit}:{path}").stdout
-    except GitError:
-        return None
-
-
 def first_party(tree: Path, commit: str) -> frozenset[str]:
     """The tree's top-level packages (a folder with __init__.py), tests/ aside: `vllm` for vLLM."""
     # -r: into folders; --name-only: paths only.
@@ -281,17 +302,35 @@ def first_party(tree: Path, commit: str) -> frozenset[str]:
     return frozenset(p.split("/")[0] for p in paths if p.count("/") == 1 and p.endswith("/__init__.py")) - {"tests"}
 
 
-def add_private_names(reports: list[PatchReport], patches: list[PatchFile], tree: Path, commits: list[str]) -> None:
-    """Fill each report's private names from commit i of `tree` (upstream + patches 1..i)."""
+def _code_files(patch: PatchFile) -> list[FileDiff]:
+    return [d for d in patch.files if kind_of(d.path) == CODE and d.path.endswith(".py")]
+
+
+def _private_rows(text: str, path: str, packages: frozenset[str]) -> list[list[str | int]]:
+    return [[u.name, u.qualified, u.line] for u in all_private_uses(text, path, packages)]
+
+
+def add_private_names(
+    reports: list[PatchReport], patches: list[PatchFile], tree: Path, commits: list[str], memo: Memo | None = None
+) -> None:
+    """Fill each report's private names from commit i of `tree` (upstream + patches 1..i).
+
+    `memo` keeps each file's uses by its text, across runs when it persists.
+    """
     packages = first_party(tree, commits[0]) if commits else frozenset()
+    memo = memo or Memo()
+    blobs = Blobs(tree)
+    blobs.get_many([f"{c}:{d.path}" for p, c in zip(patches, commits) for d in _code_files(p)])
+    extra = ",".join(sorted(packages))
     for report, patch, commit in zip(reports, patches, commits):
         report.private = []
-        for diff in patch.files:
-            if kind_of(diff.path) != CODE or not diff.path.endswith(".py"):
+        for diff in _code_files(patch):
+            text = blobs.text(commit, diff.path)
+            if text is None:
                 continue
-            text = _text_at(tree, commit, diff.path)
-            if text is not None:
-                report.private += private_uses(text, diff.path, set(added_lines(diff)), packages)
+            rows = memo.get("private", text, f"{diff.path}:{extra}", partial(_private_rows, text, diff.path, packages))
+            added = set(added_lines(diff))
+            report.private += [PrivateUse(n, q, diff.path, line) for n, q, line in rows if line in added]
 
 
 def queue_test_lines(patches: list[PatchFile]) -> dict[str, str]:

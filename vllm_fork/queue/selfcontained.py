@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_fork.core.git import git, git_env
+from vllm_fork.queue.checkcache import Memo
 
 #: Module attributes Python sets in every module (and `__path__` in packages).
 MODULE_DUNDERS = frozenset(
@@ -75,7 +76,7 @@ class Finding:
 # -- reading the tree at a commit --
 
 
-class _Blobs:
+class Blobs:
     """File contents at commits, read through one `git cat-file --batch` per round of requests."""
 
     def __init__(self, tree: Path):
@@ -234,21 +235,31 @@ def _global_uses(table: symtable.SymbolTable) -> set[str]:
     return _nested_names(table, lambda s: s.is_global() and s.is_referenced())
 
 
+def _syntax_error(exc: SyntaxError | ValueError) -> str:
+    line = getattr(exc, "lineno", 0) or 0
+    return f"line {line}: {getattr(exc, 'msg', exc)}"
+
+
 def undefined_names(source: str, path: str) -> dict[str, int] | str:
     """name -> line of its first use, for names the file uses but nothing binds; or the syntax error."""
     try:
-        module = _parse(source, path)
         top = symtable.symtable(source, path, "exec")
     except (SyntaxError, ValueError) as exc:
-        line = getattr(exc, "lineno", 0) or 0
-        return f"line {line}: {getattr(exc, 'msg', exc)}"
+        # The parser's own error when the file does not parse; else what symtable adds.
+        try:
+            _parse(source, path)
+        except (SyntaxError, ValueError) as parse_exc:
+            return _syntax_error(parse_exc)
+        return _syntax_error(exc)
     if _has_star_import(source):
         return {}  # anything may come from it
     bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
     bound |= _declared_global_assignments(top)
     used = {s.get_name() for s in top.get_symbols() if s.is_referenced()} | _global_uses(top)
     missing = used - bound - BUILTINS
-    lines = _first_use_lines(module)
+    if not missing:
+        return {}  # the usual case: no walk of the tree for lines
+    lines = _first_use_lines(_parse(source, path))
     return {name: lines.get(name, 0) for name in sorted(missing)}
 
 
@@ -283,17 +294,17 @@ def _import_nodes(module: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return sorted(found, key=lambda n: n.lineno)
 
 
-def imports_of(source: str, path: str, first_party: set[str]) -> list[_Import]:
-    """The file's imports of first-party modules, made absolute."""
+def all_imports(source: str, path: str) -> list[_Import]:
+    """The file's imports (outside `try:` bodies), made absolute."""
     try:
         module = _parse(source, path)
-    except SyntaxError:
+    except (SyntaxError, ValueError):
         return []
     package = _package_of(path)
     found = []
     for node in _import_nodes(module):
         if isinstance(node, ast.Import):
-            found += [_Import(a.name, "", node.lineno) for a in node.names if a.name.split(".")[0] in first_party]
+            found += [_Import(a.name, "", node.lineno) for a in node.names]
             continue
         if node.level:
             # A relative import climbs from the file's package (level 1 is the package itself).
@@ -303,9 +314,17 @@ def imports_of(source: str, path: str, first_party: set[str]) -> list[_Import]:
             absolute = ".".join(base + ([node.module] if node.module else []))
         else:
             absolute = node.module or ""
-        if absolute and absolute.split(".")[0] in first_party:
+        if absolute:
             found += [_Import(absolute, a.name, node.lineno) for a in node.names if a.name != "*"]
     return found
+
+
+def imports_of(source: str, path: str, first_party: set[str], memo: Memo | None = None) -> list[_Import]:
+    """The file's imports of first-party modules, made absolute."""
+    rows = (memo or Memo()).get(
+        "imports", source, path, lambda: [[i.module, i.name, i.line] for i in all_imports(source, path)]
+    )
+    return [_Import(module, name, line) for module, name, line in rows if module.split(".")[0] in first_party]
 
 
 @dataclass(frozen=True)
@@ -315,7 +334,21 @@ class _Missing:
     name: str  # the missing name; '' when the module itself is missing
 
 
-def _import_problem(imp: _Import, snap: _Snapshot, blobs: _Blobs) -> _Missing | None:
+def _bindings(source: str, path: str, memo: Memo) -> frozenset[str] | None:
+    names = memo.get("bindings", source, path, lambda: _sorted_or_none(module_bindings(source, path)))
+    return None if names is None else frozenset(names)
+
+
+def _sorted_or_none(names: frozenset[str] | None) -> list[str] | None:
+    return None if names is None else sorted(names)
+
+
+def _undefined(source: str, path: str, memo: Memo) -> dict[str, int] | str:
+    found: dict[str, int] | str = memo.get("undefined", source, path, lambda: undefined_names(source, path))
+    return found
+
+
+def _import_problem(imp: _Import, snap: _Snapshot, blobs: Blobs, memo: Memo) -> _Missing | None:
     """What is missing for `imp` at the snapshot's commit, or None when it resolves."""
     parts = imp.module.split(".")
     for i in range(1, len(parts) + 1):
@@ -329,7 +362,7 @@ def _import_problem(imp: _Import, snap: _Snapshot, blobs: _Blobs) -> _Missing | 
     if not file:
         return None  # a namespace package: only submodules, checked above
     text = blobs.text(snap.source_commit(file), file)
-    names = module_bindings(text, file) if text is not None else None
+    names = _bindings(text, file, memo) if text is not None else None
     if names is None or imp.name in names:
         return None
     return _Missing(
@@ -371,12 +404,16 @@ def _provider(tree: Path, later: list[tuple[str, str]], name: str = "", module: 
 # -- the check --
 
 
-def prefix_findings(tree: Path, base: str, patches: list[str]) -> list[Finding]:
-    """Findings for the commits above `base` in `tree`'s HEAD, one per patch name in `patches` (in order)."""
+def prefix_findings(tree: Path, base: str, patches: list[str], memo: Memo | None = None) -> list[Finding]:
+    """Findings for the commits above `base` in `tree`'s HEAD, one per patch name in `patches` (in order).
+
+    `memo` keeps each file's analysis by its text, across runs when it persists.
+    """
     commits = git(tree, "rev-list", "--reverse", f"{base}..HEAD").stdout.split()
     if len(commits) != len(patches):
         return []  # not one commit per patch: apply_problems has reported why
-    blobs = _Blobs(tree)
+    memo = memo or Memo()
+    blobs = Blobs(tree)
     snapshots = {base: _Snapshot(base, (files := _paths_at(tree, base)), _dirs_of(files), base=base)}
     findings: list[Finding] = []
     parent = base
@@ -392,48 +429,60 @@ def prefix_findings(tree: Path, base: str, patches: list[str]) -> list[Finding]:
         touched = sorted(p for p in written if p.endswith(".py"))
         blobs.get_many([f"{c}:{p}" for p in touched for c in (commit, parent)])
         first_party = {p.split("/")[0] for p in files if p.count("/") == 1 and p.endswith("/__init__.py")}
+        context = _Context(tree, blobs, patch, snap, before, first_party, later, memo)
         for path in touched:
-            findings += _file_findings(tree, blobs, patch, path, snap, before, first_party, later)
+            findings += _file_findings(context, path)
         parent = commit
     return findings
 
 
-def _file_findings(
-    tree: Path,
-    blobs: _Blobs,
-    patch: str,
-    path: str,
-    snap: _Snapshot,
-    before: _Snapshot,
-    first_party: set[str],
-    later: list[tuple[str, str]],
-) -> list[Finding]:
-    text = blobs.text(snap.commit, path)
+@dataclass(frozen=True)
+class _Context:
+    """One patch's place in the queue: what `_file_findings` checks a file it touches against."""
+
+    tree: Path
+    blobs: Blobs
+    patch: str
+    snap: _Snapshot  # the tree after the patch
+    before: _Snapshot  # the tree before it
+    first_party: set[str]
+    later: list[tuple[str, str]]  # (commit, patch name) of the patches after it
+    memo: Memo
+
+
+def _file_findings(ctx: _Context, path: str) -> list[Finding]:
+    text = ctx.blobs.text(ctx.snap.commit, path)
     if text is None:
         return []
-    old = blobs.text(before.commit, path)
+    old = ctx.blobs.text(ctx.before.commit, path)
     found: list[Finding] = []
-    now = undefined_names(text, path)
-    was = undefined_names(old, path) if old is not None else {}
-    if isinstance(now, str):
-        if not isinstance(was, str):
-            found.append(Finding(patch, path, int(now.split()[1].rstrip(":")), f"does not parse ({now})"))
-        return found
-    already = set(was) if isinstance(was, dict) else set()
-    for name, line in now.items():
-        if name not in already:
-            found.append(Finding(patch, path, line, f"undefined name '{name}'", _provider(tree, later, name)))
-    old_imports = {(imp.module, imp.name) for imp in imports_of(old, path, first_party)} if old is not None else set()
-    imports = imports_of(text, path, first_party)
+    now = _undefined(text, path, ctx.memo)
+    if now:
+        # The parent's version only matters when there is something to excuse.
+        was = _undefined(old, path, ctx.memo) if old is not None else {}
+        if isinstance(now, str):
+            if not isinstance(was, str):
+                found.append(Finding(ctx.patch, path, int(now.split()[1].rstrip(":")), f"does not parse ({now})"))
+            return found
+        already = set(was) if isinstance(was, dict) else set()
+        for name, line in now.items():
+            if name not in already:
+                found.append(
+                    Finding(ctx.patch, path, line, f"undefined name '{name}'", _provider(ctx.tree, ctx.later, name))
+                )
+    imports = imports_of(text, path, ctx.first_party, ctx.memo)
     # The modules they import, read in one batch (one git process, not one per import).
-    wanted = [(sn, sn.module_file(imp.module)) for imp in imports for sn in (snap, before)]
-    blobs.get_many([f"{sn.source_commit(file)}:{file}" for sn, file in wanted if file])
+    wanted = [(sn, sn.module_file(imp.module)) for imp in imports for sn in (ctx.snap, ctx.before)]
+    ctx.blobs.get_many([f"{sn.source_commit(file)}:{file}" for sn, file in wanted if file])
     for imp in imports:
-        problem = _import_problem(imp, snap, blobs)
+        problem = _import_problem(imp, ctx.snap, ctx.blobs, ctx.memo)
         if problem is None:
             continue
-        if (imp.module, imp.name) in old_imports and _import_problem(imp, before, blobs) is not None:
+        old_imports = (
+            {(i.module, i.name) for i in imports_of(old, path, ctx.first_party, ctx.memo)} if old is not None else set()
+        )
+        if (imp.module, imp.name) in old_imports and _import_problem(imp, ctx.before, ctx.blobs, ctx.memo) is not None:
             continue  # broken before this patch too: not this patch's doing
-        provider = _provider(tree, later, problem.name, problem.module)
-        found.append(Finding(patch, path, imp.line, problem.what, provider))
+        provider = _provider(ctx.tree, ctx.later, problem.name, problem.module)
+        found.append(Finding(ctx.patch, path, imp.line, problem.what, provider))
     return found

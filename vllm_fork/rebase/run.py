@@ -184,6 +184,7 @@ def survey_only(
     old_pin, source, patches, new_pin = _target(root, to, latest, source)
     old_up, new_up, new_pin = _upstreams(old_pin, new_pin, source, remote)
     result = forecast(patches, old_pin, new_pin, old_up, new_up, remote)
+    result.from_version, result.to_version = old_pin.version, new_pin.version
     text = survey_report(result, old_pin, new_pin, source, old_up.commit, new_up.commit)
     path = root / "build" / SURVEY_REPORT
     path.parent.mkdir(parents=True, exist_ok=True)

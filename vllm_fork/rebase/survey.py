@@ -61,6 +61,8 @@ class Survey:
     forecasts: list[Forecast]
     seconds: float
     blame_note: str = ""  # why there is no blame (pypi source, history not fetchable); '' with blame
+    from_version: str = ""  # the pinned release the queue is on ('' when not recorded)
+    to_version: str = ""  # the release it was surveyed onto
 
     def failing(self) -> list[Forecast]:
         return [f for f in self.forecasts if f.outcome in (CONFLICT, GONE, FOLLOWS)]
@@ -70,7 +72,13 @@ class Survey:
 
     @classmethod
     def from_dict(cls, data: dict) -> Survey:
-        return cls([Forecast(**f) for f in data["forecasts"]], data["seconds"], data.get("blame_note", ""))
+        return cls(
+            [Forecast(**f) for f in data["forecasts"]],
+            data["seconds"],
+            data.get("blame_note", ""),
+            data.get("from_version", ""),
+            data.get("to_version", ""),
+        )
 
 
 class _Scratch:
