@@ -29,11 +29,12 @@ from vllm_fork.wheel.version import series_id
         "route": "auto (default: fast when it can, else vLLM's precompiled route), fast, or precompiled",
         "no_apply": "build build/vllm as it is, without applying patches/ first",
         "source": "pypi or git (default from upstream.toml)",
+        "allow_unexported": "with --no-apply: build a tree whose commits differ from patches/ (version ends .dirty)",
     }
 )
-def build(c, route="auto", no_apply=False, source=None):
+def build(c, route="auto", no_apply=False, source=None, allow_unexported=False):
     """apply -> ops key -> ops cache -> dist/<wheel> and its .provenance.json."""
-    result = _run(do_build, route=route, apply=not no_apply, source=source)
+    result = _run(do_build, route=route, apply=not no_apply, source=source, allow_unexported=allow_unexported)
     r = result.record
     print(f"{result.wheel}")
     print(
