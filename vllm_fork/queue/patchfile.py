@@ -168,7 +168,8 @@ def parse_patch(path: Path) -> PatchFile:
     files: list[FileDiff] = []
     current: FileDiff | None = None
     hunk = _HunkCounter(path)
-    for number, line in enumerate(lines[i:], start=i + 1):
+    # The text after the file's last newline is no line of the diff.
+    for number, line in enumerate(lines[i : len(lines) - (lines[-1] == "")], start=i + 1):
         if m := _DIFF.match(line):
             hunk.end(number)
             current = FileDiff(m.group(2))

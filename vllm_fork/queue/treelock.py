@@ -148,6 +148,7 @@ def locked(tree: Path, step: str) -> Iterator[Unfinished | None]:
         if outer is not None:
             mark_step(tree, outer.step)
         return
+    made_parent = not tree.parent.exists()
     tree.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path(tree), "a+") as fh:
         try:
@@ -169,12 +170,26 @@ def locked(tree: Path, step: str) -> Iterator[Unfinished | None]:
             # kill: the journal stays and the next run recovers.
             if not isinstance(exc, (KeyboardInterrupt, StepCutShort)):
                 _end_journal(tree, step, previous)
+                if made_parent and not tree.exists():
+                    _remove_made_parent(tree)
             raise
         finally:
             del _held[tree]
             _recovered.pop(tree, None)
             _remade.discard(tree)
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _remove_made_parent(tree: Path) -> None:
+    """A first step that failed before making the tree (an unwritable cache, say) leaves no `build/`.
+
+    Only this process made the folder, and only its lock file is in it.
+    """
+    lock_path(tree).unlink(missing_ok=True)
+    try:
+        tree.parent.rmdir()
+    except OSError:
+        pass  # something else is there now: it stays
 
 
 def _end_journal(tree: Path, step: str, previous: Unfinished | None) -> None:
