@@ -217,3 +217,27 @@ def test_a_latin1_file_survives_export_check_and_apply(fork):
     assert check_mod.check(fork.root, source="git") == []
     queue.apply(fork.root, force=True)
     assert (fork.tree / "mini" / "names.py").read_bytes() == latin1
+
+
+#: The kill grid of issue 57: every 30 ms through the first 1.5 s of a step.
+STEP_GRID = [round(0.03 * n, 2) for n in range(51)]
+
+
+@pytest.mark.slow
+def test_apply_killed_at_every_30ms_step_is_recovered_by_the_next_plain_apply(fork):
+    head = series_of(fork, 24)
+    before = faults.precious(fork.root)
+    killed = []
+    for delay in STEP_GRID:
+        proc = faults.start("apply", fork.root)
+        if faults.kill_after(proc, delay):
+            killed.append(delay)
+        again = faults.run("apply", fork.root)
+        assert again.returncode == 0, f"after a kill at {delay}s:\n{again.stderr}"
+        faults.assert_actionable(again.stderr)
+        assert again.stdout.strip() == head
+        assert not journal_path(fork.tree).exists()
+        assert not (fork.tree / ".git" / "rebase-apply").exists()
+        assert sh(fork.tree, "git", "status", "--porcelain") == ""
+        assert faults.precious(fork.root) == before
+    assert len(killed) >= 10, f"the apply ended before most kills: {killed}"
