@@ -62,6 +62,9 @@ def pin_mismatches(pin: Pin, found: ReleaseIdentity) -> list[str]:
     release = found.pkg_info_version or found.version_py_version
     if release is not None and pin.tag and pin.tag != f"v{release}":
         problems.append(f'tag = "{pin.tag}", but the sdist is release {release} (tag v{release})')
+    elif release is None and pin.tag and pin.tag != f"v{pin.version}":
+        # A git checkout holds neither file: vLLM's tag names its release as v<version>.
+        problems.append(f'version = "{pin.version}", but the tag fetched is {pin.tag} (release {pin.tag[1:]})')
     if (
         found.commit_id
         and pin.commit
