@@ -82,11 +82,8 @@ def _verify(
         dist_info = _dist_info(zf, wheel)
         # Every member against the wheel's own RECORD (reads and hashes them all).
         hashes: dict[str, str] = {}
-        blobs: dict[str, str] = {}
         for info in zf.infolist():
-            content = zf.read(info)
-            hashes[info.filename] = b64_sha256(content)
-            blobs[info.filename] = blob_id(content)
+            hashes[info.filename] = b64_sha256(zf.read(info))
         rows = {row[0]: row for row in read_record(zf, dist_info)}
         bad_rows = [
             n
@@ -124,7 +121,7 @@ def _verify(
                 official.read(f"{_dist_info(official, official_path)}/METADATA").decode()
             )
         _check_names(report, wheel, zf, dist_info, version, official_version, record, root)
-        recomputed = _check_patched_from_series(report, blobs, record, root)
+        recomputed = _check_patched_from_series(report, zf, record, root)
 
         # Every file the record says the series changes is in the wheel as patched.
         patched_bad = []
@@ -240,7 +237,7 @@ def _check_names(
         )
 
 
-def _check_patched_from_series(report: Report, blobs: dict[str, str], record: dict, root: Path) -> set[str] | None:
+def _check_patched_from_series(report: Report, zf: zipfile.ZipFile, record: dict, root: Path) -> set[str] | None:
     """Recompute the patched files from patches/ and compare the wheel's members; the paths, or None if not here."""
     series = record.get("series", {})
     if series.get("unexported") or series.get("missing"):
@@ -267,10 +264,12 @@ def _check_patched_from_series(report: Report, blobs: dict[str, str], record: di
         report.bad(f"upstream commit {base or '(none)'} of the provenance is not the pinned release's tree")
         return None
     expected = patched_blobs(repo, base, read_series(patches_dir(root)))
+    names = set(zf.namelist())
+    blobs = {path: blob_id(zf.read(path)) for path in expected if path in names}
     wrong = []
     for path, blob in sorted(expected.items()):
         if blob is None:
-            if path in blobs:
+            if path in names:
                 wrong.append(f"{path} (deleted by the series) is in the wheel")
         elif path not in blobs:
             wrong.append(f"{path} is missing")
