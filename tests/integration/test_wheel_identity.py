@@ -61,6 +61,8 @@ def test_a_clean_build_passes_verify_and_records_the_fork_commit(real_root):
     report = verify(result.wheel, real_root)
     assert report.problems == [], report.problems
     assert any("recomputed from patches/" in c for c in report.checks), report.checks
+    again = build(root=real_root, route="fast", apply=False)  # the tree as apply left it is patches/
+    assert again.wheel == result.wheel and again.record["series"]["unexported"] == []
 
 
 def test_a_version_changed_alone_in_the_pin_is_refused(real_root, pin_text):
@@ -109,7 +111,7 @@ def test_verify_fails_a_wheel_labelled_with_the_queue_but_holding_an_unexported_
     monkeypatch.setattr(
         build_mod,
         "build_series",
-        lambda tree, root, allowed, log: (series_id(root), TreeQueue(series_id(root).patches)),
+        lambda tree, root, allowed, log, applied: (series_id(root), TreeQueue(series_id(root).patches)),
     )
     lying = build(root=real_root, route="fast", apply=False)
     assert lying.record["version"].endswith(series_id(real_root).label)

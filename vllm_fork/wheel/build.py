@@ -179,8 +179,16 @@ def build(
     return result
 
 
-def build_series(tree: Path, root: Path, allow_unexported: bool, log: LogFn) -> tuple[SeriesId, TreeQueue]:
-    """The series the wheel is named after: `patches/`, or (when allowed) the tree's own differing commits."""
+def build_series(
+    tree: Path, root: Path, allow_unexported: bool, log: LogFn, applied: bool = False
+) -> tuple[SeriesId, TreeQueue]:
+    """The series the wheel is named after: `patches/`, or (when allowed) the tree's own differing commits.
+
+    `applied`: this build just applied patches/, so the tree holds them by construction.
+    """
+    if applied:
+        sid = series_id(root)
+        return sid, TreeQueue(sid.patches)
     state = tree_queue(tree, root)
     if state.matches:
         return series_id(root), state
@@ -207,7 +215,7 @@ def _build(
         queue.apply(root=root, source=source)
     base, head = tree_commits(tree)
     check_pin(pin, tree, base)
-    sid, state = build_series(tree, root, allow_unexported, log)
+    sid, state = build_series(tree, root, allow_unexported, log, applied=apply)
     timer.lap("apply")
 
     version = sid.version(pin.version)
