@@ -196,9 +196,9 @@ def build_series(
         raise ForkError(
             f"{tree} does not hold the queue in patches/, so a wheel named after patches/ would not hold it:\n"
             f"{state.describe()}\n"
-            "Export them (`invoke export`, then commit patches/), or build patches/ as it is (`invoke build`, "
-            "which applies), or name the wheel after the tree (`invoke build --no-apply --allow-unexported`: "
-            "its version ends in `.dirty`)."
+            "Keep them: `invoke export` (then commit patches/) and build again; or drop them: "
+            "`invoke apply --force`, then `invoke build`; or name the wheel after the tree: "
+            "`invoke build --no-apply --allow-unexported` (its version ends in `.dirty`)."
         )
     sid = dirty_series_id(state.patches)
     log_warning(f"building from commits patches/ does not hold; the wheel is labelled {sid.label}:\n{state.describe()}")
