@@ -78,6 +78,10 @@ def test_apply_during_a_stopped_rebase_names_rebase_continue_and_abort(fork):
         queue.apply(fork.root)
     assert "invoke rebase --continue" in str(err.value) and "invoke rebase --abort" in str(err.value)
     assert "invoke apply --abort" not in str(err.value)
+    for end in (queue.abort, queue.continue_am):
+        with pytest.raises(ForkError, match="belongs to `invoke rebase`"):
+            end(fork.tree)
+    assert (fork.tree / ".git" / "rebase-apply").exists()  # the rebase's stopped am is left to it
 
 
 def test_status_shows_edits_unexported_commits_and_a_stopped_am(fork):

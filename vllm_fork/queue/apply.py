@@ -154,12 +154,16 @@ def work_in_tree(tree: Path) -> list[str]:
     return problems
 
 
-def rebase_stopped(tree: Path) -> bool:
-    """Whether `tree` is stopped in a rebase: `invoke rebase`'s (its state beside the tree) or git's own."""
+def fork_rebase_stopped(tree: Path) -> bool:
+    """Whether `invoke rebase` is stopped on `tree` (its state in build/rebase, beside build/vllm)."""
     from vllm_fork.rebase.state import STATE  # here: vllm_fork.rebase imports this module
 
-    fork_rebase = tree.parent / "rebase" / STATE  # rebase.state.state_dir: build/rebase beside build/vllm
-    return fork_rebase.exists() or ((tree / ".git").exists() and operation_in_progress(tree) == "rebase")
+    return (tree.parent / "rebase" / STATE).exists()
+
+
+def rebase_stopped(tree: Path) -> bool:
+    """Whether `tree` is stopped in a rebase: `invoke rebase`'s or git's own."""
+    return fork_rebase_stopped(tree) or ((tree / ".git").exists() and operation_in_progress(tree) == "rebase")
 
 
 def ensure_clean(tree: Path, force: bool) -> None:
@@ -319,8 +323,18 @@ def apply(
         return mark_applied(tree)
 
 
+def refuse_during_fork_rebase(tree: Path, what: str) -> None:
+    """`invoke rebase` owns a `git am` it stopped: ending it with `apply`'s own verbs would lose its state."""
+    if fork_rebase_stopped(tree):
+        raise ForkError(
+            f"the `git am` stopped in {tree} belongs to `invoke rebase`, not to `invoke apply {what}`: "
+            "resolve it and run `invoke rebase --continue`, or `invoke rebase --abort` to put everything back."
+        )
+
+
 def continue_am(tree: Path) -> str:
     """After the user resolved and staged a stopped patch: apply the rest."""
+    refuse_during_fork_rebase(tree, "--continue")
     with locked(tree, "apply-continue"):
         if operation_in_progress(tree) != "am":
             raise ForkError(f"no stopped `git am` in {tree}: nothing to continue")
@@ -336,6 +350,7 @@ def continue_am(tree: Path) -> str:
 def abort(tree: Path | None = None, root: Path = REPO_ROOT) -> None:
     """Drop a stopped `git am`: the tree goes back to where the am started."""
     tree = tree or default_tree(root)
+    refuse_during_fork_rebase(tree, "--abort")
     with locked(tree, "apply-abort"):  # removes the git locks a killed process left
         if not (tree / ".git").exists() or operation_in_progress(tree) != "am":
             raise ForkError(f"no stopped `git am` in {tree}: nothing to abort")
