@@ -127,12 +127,12 @@ def publish(c, remote, key=None):
         key = _run(compute_key, default_tree(), head).key
     if is_oci(remote):
         ref = _run(publish_oci, key, remote)
-        add_remote(remote)
+        _run(add_remote, remote)
         print(f"pushed {ref} (blob sha256 of the artifact); remote {remote} listed in ops-cache/index.json")
         return
     directory = Path(url2pathname(urlparse(remote).path)) if remote.startswith("file:") else Path(remote)
     dest = _run(do_publish, key, directory.resolve())
-    add_remote(directory.resolve().as_uri())
+    _run(add_remote, directory.resolve().as_uri())
     print(f"published {dest}; remote {directory.resolve().as_uri()} listed in ops-cache/index.json")
 
 
