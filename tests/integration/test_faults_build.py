@@ -64,6 +64,30 @@ def test_build_killed_at_many_points_is_recovered_by_the_next_build(real_root):
     assert not verify(wheel, real_root).problems
 
 
+def test_build_killed_on_a_grid_through_its_first_1_5s_is_recovered_and_verifies(real_root):
+    """Issue 57's kill grid, coarser on the real build (each re-run is a whole build)."""
+    tree, dist = default_tree(real_root), real_root / "dist"
+    first = faults.run("build", real_root)
+    assert first.returncode == 0, first.stderr
+    wheel = Path(first.stdout.strip().splitlines()[-1])
+    before = faults.precious(real_root, cache_dir(), cache_parts=("downloads",))
+    killed = []
+    for n, delay in enumerate(round(0.09 * i, 2) for i in range(17)):
+        proc = faults.start("build", real_root)
+        if faults.kill_after(proc, delay):
+            killed.append(delay)
+        again = faults.run("build", real_root)  # no manual step
+        assert again.returncode == 0, f"after a kill at {delay}s:\n{again.stderr}"
+        faults.assert_actionable(again.stderr)
+        assert Path(again.stdout.strip().splitlines()[-1]) == wheel
+        assert not list(dist.glob(".*")) and not journal_path(tree).exists()
+        assert faults.precious(real_root, cache_dir(), cache_parts=("downloads",)) == before
+        if n % 4 == 0:
+            assert not verify(wheel, real_root).problems
+    assert len(killed) >= 10, killed
+    assert not verify(wheel, real_root).problems
+
+
 def test_verify_catches_a_swapped_unpatched_member_with_a_rewritten_record(real_root, tmp_path):
     built = faults.run("build", real_root)
     assert built.returncode == 0, built.stderr

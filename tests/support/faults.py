@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -135,6 +136,18 @@ def am_at(tree: Path, patch: int):
 def exists(path: Path):
     """A kill point: `path` exists (a lock, a journal, a temp file)."""
     return lambda: Path(path).exists()
+
+
+def journal_says(journal: Path, step: str):
+    """A kill point: the tree lock's journal names `step` (an apply past its checks, remaking the tree)."""
+
+    def ready() -> bool:
+        try:
+            return json.loads(Path(journal).read_text()).get("step") == step
+        except (OSError, ValueError):
+            return False
+
+    return ready
 
 
 def matches(directory: Path, pattern: str):

@@ -8,6 +8,7 @@ import pytest
 from support.buildtrees import commit, fork_root, make_tree
 
 from vllm_fork.core.errors import ForkError
+from vllm_fork.queue.export import export as export_queue
 from vllm_fork.wheel import build as build_mod
 from vllm_fork.wheel.precompiled import cuda_toolkit
 
@@ -19,14 +20,10 @@ def files_under(folder: Path) -> dict[str, bytes]:
 
 def test_miss_without_toolkit_names_the_patches_and_ways_forward(tmp_path, cache, monkeypatch):
     root = fork_root(tmp_path / "fork")
-    for old in (root / "patches").glob("*.patch"):
-        old.unlink()
-    (root / "patches" / "series").write_text("0001-py.patch\n0002-kernel.patch\n")
-    for name in ("0001-py.patch", "0002-kernel.patch"):
-        (root / "patches" / name).write_text(f"From: x\nSubject: {name}\n\n---\n")
     tree = make_tree(root / "build" / "vllm")
     commit(tree, {"vllm/config/multimodal.py": "mm_processor_cache_gb = 16\n"}, "python only")
     commit(tree, {"csrc/ops.cu": "// faster kernel\n", "CMakeLists.txt": "project(vllm2)\n"}, "kernel change")
+    assert export_queue(tree, root) == ["0001-python-only.patch", "0002-kernel-change.patch"]
     # No toolkit: no nvcc on PATH, no CUDA_HOME.
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.delenv("CUDA_HOME", raising=False)
@@ -36,8 +33,8 @@ def test_miss_without_toolkit_names_the_patches_and_ways_forward(tmp_path, cache
     with pytest.raises(ForkError) as err:
         build_mod.build(root=root, apply=False, out_dir=tmp_path / "dist")
     message = str(err.value)
-    assert "0002-kernel.patch" in message and "csrc/ops.cu" in message and "CMakeLists.txt" in message
-    assert "0001-py.patch" not in message
+    assert "0002-kernel-change.patch" in message and "csrc/ops.cu" in message and "CMakeLists.txt" in message
+    assert "0001-python-only.patch" not in message
     for way in ("CUDA host", "Docker", "remote"):
         assert way in message
     assert not (tmp_path / "dist").exists()

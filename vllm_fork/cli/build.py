@@ -32,11 +32,12 @@ from vllm_fork.wheel.version import series_id
         "route": "auto (default: fast when it can, else vLLM's precompiled route), fast, or precompiled",
         "no_apply": "build build/vllm as it is, without applying patches/ first",
         "source": "pypi or git (default from upstream.toml)",
+        "allow_unexported": "with --no-apply: build a tree whose commits differ from patches/ (version ends .dirty)",
     }
 )
-def build(c, route="auto", no_apply=False, source=None):
+def build(c, route="auto", no_apply=False, source=None, allow_unexported=False):
     """apply -> ops key -> ops cache -> dist/<wheel> and its .provenance.json."""
-    result = _run(do_build, route=route, apply=not no_apply, source=source)
+    result = _run(do_build, route=route, apply=not no_apply, source=source, allow_unexported=allow_unexported)
     r = result.record
     print(f"{result.wheel}")
     print(
@@ -172,12 +173,12 @@ def publish(c, remote, key=None):
         key = _run(compute_key, default_tree(), head).key
     if is_oci(remote):
         ref = _run(publish_oci, key, remote)
-        add_remote(remote)
+        _run(add_remote, remote)
         print(f"pushed {ref} (blob sha256 of the artifact); remote {remote} listed in ops-cache/index.json")
         return
     directory = Path(url2pathname(urlparse(remote).path)) if remote.startswith("file:") else Path(remote)
     dest = _run(do_publish, key, directory.resolve())
-    add_remote(directory.resolve().as_uri())
+    _run(add_remote, directory.resolve().as_uri())
     print(f"published {dest}; remote {directory.resolve().as_uri()} listed in ops-cache/index.json")
 
 

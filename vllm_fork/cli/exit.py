@@ -7,8 +7,8 @@ from contextlib import contextmanager
 
 from invoke import Exit
 
-from vllm_fork.core.errors import ForkError, Interrupted, disk_full
-from vllm_fork.core.fs import is_disk_full
+from vllm_fork.core.errors import ForkError, Interrupted, file_access
+from vllm_fork.core.paths import cache_location
 
 
 @contextmanager
@@ -18,11 +18,9 @@ def user_errors():
         try:
             yield
         except OSError as exc:
-            # A full disk can strike any write; every writer removes its temp file, so
-            # saying so (not a traceback) is all that is left to do.
-            if is_disk_full(exc):
-                raise disk_full(exc, "a file") from None
-            raise
+            # A full disk, a read-only mount or a permission can strike any write; every
+            # writer removes its temp file, so saying which path and why is what is left to do.
+            raise file_access(exc, str(cache_location())) from None
         except KeyboardInterrupt:
             raise Interrupted(
                 "interrupted. Nothing half-written was kept; the next run of the same command "

@@ -65,7 +65,17 @@ def emit(name: str, data: dict[str, Any]) -> None:
 
 
 def status_document(found: Status) -> dict[str, Any]:
-    return {**plain(found), "made": found.made}
+    state = found.state
+    tree_fields: dict[str, Any] = {
+        "head": (state.head or "?") if state else "",
+        "stopped": (state.stopped or "") if state else "",
+        "rebase_stopped": state.fork_rebase if state else False,
+        "dirty": state.dirty if state else [],
+        "unexported": state.unexported if state else [],
+        "missing": state.missing if state else [],
+    }
+    fields = {k: v for k, v in plain(found).items() if k != "state"}
+    return {**fields, "made": found.made, **tree_fields}
 
 
 def verify_document(wheel: str, report: Report) -> dict[str, Any]:

@@ -5,6 +5,8 @@ the next command); the tasks print it without a traceback and exit with
 `exit_code`. Callers that must tell failures apart catch the type, never match text.
 """
 
+import errno
+
 
 class ForkError(Exception):
     """A failure with a message that says what went wrong and what to do next."""
@@ -63,3 +65,43 @@ def disk_full(exc: OSError, what: str) -> DiskFull:
         f"no space left writing {what}{where}: {exc.strerror or exc}.\n"
         "Nothing half-written was kept. Free some space (`df -h` shows where) and run the same command again."
     )
+
+
+class FileAccessError(ForkError):
+    """A file or directory the tool must read or write cannot be (read-only file system, permissions)."""
+
+    exit_code = 74  # EX_IOERR (sysexits.h): an input/output error, not a failure of the queue
+
+
+#: What to do about an OSError, by errno; the cache's own remedy when the path is in it.
+_REMEDIES = {
+    errno.EROFS: "the file system there is mounted read-only",
+    errno.EACCES: "permission denied: the user running the tool may not write there",
+    errno.EPERM: "the operation is not permitted there",
+    errno.ENOENT: "a directory on the way does not exist",
+    errno.ENOTDIR: "a component of the path is a file, not a directory",
+    errno.EISDIR: "a directory is where a file must go",
+    errno.EIO: "the disk reported an input/output error",
+}
+
+
+def file_access(exc: OSError, cache: str | None = None) -> ForkError:
+    """A user-facing error for an OSError the tool met: the path, what is wrong, and what to do.
+
+    `cache` is the cache directory: a path inside it gets the cache's own remedy (it can
+    live anywhere, through VLLM_FORK_CACHE).
+    """
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return disk_full(exc, "a file")
+    where = exc.filename or "a file"
+    if getattr(exc, "filename2", None):
+        where = f"{where} -> {exc.filename2}"
+    why = _REMEDIES.get(exc.errno or 0, exc.strerror or str(exc))
+    if cache and str(where).startswith(cache):
+        todo = (
+            f"The tool's cache is {cache}: make it writable, or point VLLM_FORK_CACHE at a writable directory "
+            "(it is made if missing), then run the same command again."
+        )
+    else:
+        todo = "Make the path writable by this user (or free the disk), then run the same command again."
+    return FileAccessError(f"cannot use {where}: {why} ({exc.strerror or exc}).\nNothing half-written was kept. {todo}")

@@ -14,14 +14,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_ENV = "VLLM_FORK_CACHE"
 
 
-def cache_dir() -> Path:
-    """The cache directory, outside the clone so a fresh clone reuses downloads."""
+def cache_location() -> Path:
+    """Where the cache directory is (not made)."""
     env = os.environ.get(CACHE_ENV)
     if env:
-        path = Path(env).expanduser()
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-        path = base / "vllm-fork"
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vllm-fork"
+
+
+def cache_dir() -> Path:
+    """The cache directory, outside the clone so a fresh clone reuses downloads."""
+    path = cache_location()
     _make_dir(path, f"the cache directory (${CACHE_ENV} or ~/.cache/vllm-fork)")
     return path
 
@@ -34,6 +37,11 @@ def _make_dir(path: Path, what: str) -> None:
         raise ConfigError(
             f"{what} {path} cannot be made: it, or a directory above it, is a file. "
             f"Point {CACHE_ENV} at a directory (or unset it), or move that file away."
+        ) from None
+    except OSError as exc:  # read-only, no permission
+        raise ConfigError(
+            f"{what} {path} cannot be made: {exc.strerror}. Point {CACHE_ENV} at a writable directory "
+            "(or unset it), then run the same command again."
         ) from None
 
 
@@ -51,3 +59,12 @@ def patches_dir(root: Path = REPO_ROOT) -> Path:
 def default_tree(root: Path = REPO_ROOT) -> Path:
     """The patched vLLM tree that `invoke apply` makes (git-ignored)."""
     return root / "build" / "vllm"
+
+
+#: The file a stopped `invoke rebase` keeps its state in, in build/rebase beside build/vllm
+#: (here, below both the queue and the rebase, so that apply can see a stopped rebase).
+REBASE_STATE = "state.json"
+
+
+def rebase_state_dir(root: Path = REPO_ROOT) -> Path:
+    return root / "build" / "rebase"

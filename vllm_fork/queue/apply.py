@@ -10,10 +10,12 @@ fixed committer identity and date, so HEAD is the same on every machine.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_fork.core import log
 from vllm_fork.core.errors import ForkError, GitError, StepCutShort
 from vllm_fork.core.git import am as git_am
 from vllm_fork.core.git import (
@@ -25,11 +27,11 @@ from vllm_fork.core.git import (
     out,
     rev,
 )
-from vllm_fork.core.paths import REPO_ROOT, default_tree
+from vllm_fork.core.paths import REBASE_STATE, REPO_ROOT, default_tree
 from vllm_fork.core.paths import patches_dir as default_patches_dir
 from vllm_fork.queue.patchfile import hunk_patch, parse_patch
 from vllm_fork.queue.series import read_series
-from vllm_fork.queue.treelock import drop_stopped_am, locked
+from vllm_fork.queue.treelock import drop_stopped_am, locked, mark_step
 from vllm_fork.upstream.pin import Pin, load_pin
 from vllm_fork.upstream.sources import Upstream, ensure_upstream
 
@@ -107,6 +109,16 @@ def _unexported_commits(tree: Path) -> list[str]:
     return out(tree, "log", "--format=%h %s", f"{base}..HEAD").splitlines() or [head]
 
 
+def is_usable_repo(tree: Path) -> bool:
+    """Whether `tree/.git` is a repository git reads as the tree's own.
+
+    A `git init` killed half-way leaves a `.git` git does not take for a repository; git
+    then walks up and would run in the fork's own clone around `build/`.
+    """
+    proc = git(tree, "rev-parse", "--absolute-git-dir", check=False)
+    return proc.returncode == 0 and Path(proc.stdout.strip()).resolve() == (tree / ".git").resolve()
+
+
 def _listed(paths: list[str]) -> str:
     shown = "".join(f"\n      {p}" for p in paths[:10])
     return shown + (f"\n      ... and {len(paths) - 10} more" if len(paths) > 10 else "")
@@ -122,10 +134,10 @@ def ignored_work(tree: Path) -> list[str]:
     return [line[3:] for line in listed.splitlines() if line.startswith("!! ") and not is_tool_cache(line[3:])]
 
 
-def ensure_clean(tree: Path, force: bool) -> None:
-    """Refuse to touch a tree holding work that `apply` would discard."""
-    if force or not (tree / ".git").exists():
-        return
+def work_in_tree(tree: Path) -> list[str]:
+    """What `apply` would discard in `tree`: a stopped git operation, edits, ignored files, unexported commits."""
+    if not (tree / ".git").exists():
+        return []
     problems = []
     op = operation_in_progress(tree)
     if op:
@@ -139,13 +151,39 @@ def ensure_clean(tree: Path, force: bool) -> None:
     commits = _unexported_commits(tree)
     if commits:
         problems.append("commits not exported to patches/:" + "".join(f"\n      {c}" for c in commits[:10]))
-    if problems:
-        raise ForkError(
-            f"{tree} holds work that `invoke apply` would discard:\n"
-            + "\n".join(f"  - {p}" for p in problems)
-            + "\nCommit it and run `invoke export` to keep it, `invoke apply --abort` to end a stopped"
+    return problems
+
+
+def fork_rebase_stopped(tree: Path) -> bool:
+    """Whether `invoke rebase` is stopped on `tree` (its state in build/rebase, beside build/vllm)."""
+    return (tree.parent / "rebase" / REBASE_STATE).exists()
+
+
+def rebase_stopped(tree: Path) -> bool:
+    """Whether `tree` is stopped in a rebase: `invoke rebase`'s or git's own."""
+    return fork_rebase_stopped(tree) or ((tree / ".git").exists() and operation_in_progress(tree) == "rebase")
+
+
+def ensure_clean(tree: Path, force: bool) -> None:
+    """Refuse to touch a tree holding work that `apply` would discard; with `force`, name it first."""
+    problems = work_in_tree(tree)
+    if not problems:
+        return
+    listed = "\n".join(f"  - {p}" for p in problems)
+    if force:
+        log.warning(f"--force: discarding from {tree}:\n{listed}\n(`git -C {tree} reflog` still finds the commits)")
+        return
+    if rebase_stopped(tree):
+        next_step = (
+            "A `git rebase` is stopped there: finish it with `invoke rebase --continue`, or drop it with "
+            "`invoke rebase --abort`; or `invoke apply --force` to discard it all."
+        )
+    else:
+        next_step = (
+            "Commit it and run `invoke export` to keep it, `invoke apply --abort` to end a stopped"
             " `git am`, or `invoke apply --force` to discard it."
         )
+    raise ForkError(f"{tree} holds work that `invoke apply` would discard:\n{listed}\n{next_step}")
 
 
 def prepare_tree(tree: Path, upstream: Upstream, tag: str, force: bool = False, borrow_objects: bool = False) -> None:
@@ -155,7 +193,8 @@ def prepare_tree(tree: Path, upstream: Upstream, tag: str, force: bool = False, 
     --shared` does) instead of copying them: for scratch trees only, since such a
     tree breaks if the cache is wiped.
     """
-    ensure_clean(tree, force)
+    if not force:
+        ensure_clean(tree, force)
     if not (tree / ".git").exists():
         tree.mkdir(parents=True, exist_ok=True)
         git(tree, "init", "-q")
@@ -253,9 +292,22 @@ def apply(
     patches = read_series(default_patches_dir(root))
     for patch in patches:
         parse_patch(patch)  # a corrupt or empty file fails here, before the tree is touched
-    with locked(tree, "apply") as unfinished:
-        # A killed apply (or build, in its apply) left only its own half-done work: redo it.
-        ensure_clean(tree, force or (unfinished is not None and unfinished.step in ("apply", "build", "unknown")))
+    with locked(tree, "apply-check") as unfinished:
+        # A killed apply (alone or in a build) left only its own half-done work: redo it.
+        # Any other step killed (a build's packaging, a check of the tree) made nothing here.
+        redo = unfinished is not None and unfinished.step == "apply"
+        if (tree / ".git").exists() and not is_usable_repo(tree):
+            if not redo:
+                raise ForkError(
+                    f"{tree / '.git'} is not a git repository git can read. build/vllm is made by "
+                    f"`invoke apply`; move it away (`mv {tree} {tree}.broken`) and run the same command again."
+                )
+            log.warning(f"{tree}: the interrupted apply left no usable git repository; making it again")
+            shutil.rmtree(tree)
+        if not redo:  # a killed apply's half-made tree is the tool's own: nothing to name
+            ensure_clean(tree, force)
+        # From here the tree holds no work of the user's: a kill leaves only the apply's own.
+        mark_step(tree, "apply")
         upstream = ensure_upstream(pin, source, remote)
         try:
             prepare_tree(tree, upstream, pin.tag, force=True)
@@ -269,8 +321,18 @@ def apply(
         return mark_applied(tree)
 
 
+def refuse_during_fork_rebase(tree: Path, what: str) -> None:
+    """`invoke rebase` owns a `git am` it stopped: ending it with `apply`'s own verbs would lose its state."""
+    if fork_rebase_stopped(tree):
+        raise ForkError(
+            f"the `git am` stopped in {tree} belongs to `invoke rebase`, not to `invoke apply {what}`: "
+            "resolve it and run `invoke rebase --continue`, or `invoke rebase --abort` to put everything back."
+        )
+
+
 def continue_am(tree: Path) -> str:
     """After the user resolved and staged a stopped patch: apply the rest."""
+    refuse_during_fork_rebase(tree, "--continue")
     with locked(tree, "apply-continue"):
         if operation_in_progress(tree) != "am":
             raise ForkError(f"no stopped `git am` in {tree}: nothing to continue")
@@ -286,6 +348,7 @@ def continue_am(tree: Path) -> str:
 def abort(tree: Path | None = None, root: Path = REPO_ROOT) -> None:
     """Drop a stopped `git am`: the tree goes back to where the am started."""
     tree = tree or default_tree(root)
+    refuse_during_fork_rebase(tree, "--abort")
     with locked(tree, "apply-abort"):  # removes the git locks a killed process left
         if not (tree / ".git").exists() or operation_in_progress(tree) != "am":
             raise ForkError(f"no stopped `git am` in {tree}: nothing to abort")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
@@ -11,7 +13,7 @@ from vllm_fork.core.git import format_patch, operation_in_progress, out, rev
 from vllm_fork.core.paths import REPO_ROOT, default_tree
 from vllm_fork.core.paths import patches_dir as default_patches_dir
 from vllm_fork.queue.apply import UPSTREAM_REF, mark_applied
-from vllm_fork.queue.series import SERIES
+from vllm_fork.queue.series import SERIES, read_series
 
 
 def format_patches(tree: Path, dest: Path) -> list[str]:
@@ -51,3 +53,44 @@ def export(tree: Path | None = None, root: Path = REPO_ROOT) -> list[str]:
             stale.unlink()
     mark_applied(tree)
     return names
+
+
+@dataclass(frozen=True)
+class TreeQueue:
+    """The tree's commits above upstream, as `invoke export` would write them, against `patches/`."""
+
+    patches: list[dict]  # [{"name", "sha256"}] of the tree's commits as patch files, in order
+    unexported: list[str] = field(default_factory=list)  # "<id> <subject>" of commits patches/ lacks
+    missing: list[str] = field(default_factory=list)  # patches/ files the tree does not hold
+
+    @property
+    def matches(self) -> bool:
+        return not self.unexported and not self.missing
+
+    def describe(self) -> str:
+        parts = []
+        if self.unexported:
+            parts.append(
+                "  commits not in patches/ (not exported, or differing from their patch file):"
+                + "".join(f"\n      {c}" for c in self.unexported)
+            )
+        if self.missing:
+            parts.append("  patches/ files the tree does not hold:" + "".join(f"\n      {m}" for m in self.missing))
+        return "\n".join(parts)
+
+
+def tree_queue(tree: Path, root: Path = REPO_ROOT) -> TreeQueue:
+    """Export the tree's commits to a scratch directory and compare them byte for byte with `patches/`."""
+    wanted = read_series(default_patches_dir(root))
+    commits = out(tree, "log", "--reverse", "--format=%h %s", f"{UPSTREAM_REF}..HEAD").splitlines()
+    with tempfile.TemporaryDirectory(prefix="vllm-fork-export-") as tmp:
+        names = format_patches(tree, Path(tmp))
+        patches, unexported = [], []
+        for i, name in enumerate(names):
+            data = (Path(tmp) / name).read_bytes()
+            patches.append({"name": name, "sha256": hashlib.sha256(data).hexdigest()})
+            same = i < len(wanted) and wanted[i].name == name and wanted[i].read_bytes() == data
+            if not same:
+                unexported.append(commits[i] if i < len(commits) else name)
+    missing = [p.name for p in wanted[len(names) :]]
+    return TreeQueue(patches, unexported, missing)

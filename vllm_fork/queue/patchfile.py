@@ -10,7 +10,7 @@ from pathlib import Path
 from vllm_fork.core.errors import ForkError
 
 _DIFF = re.compile(r"^diff --git a/(.+?) b/(.+)$")
-_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@.*$")
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@.*$")
 # git's trailer line: a token of letters, digits and dashes, then ':' (interpret-trailers' default).
 _TRAILER = re.compile(r"^[A-Za-z0-9-]+\s*:")
 # Lines git itself writes: one of them lets a mostly-trailer paragraph count as trailers.
@@ -72,6 +72,58 @@ def split_trailers(body: str) -> tuple[str, str]:
     return body.strip(), ""
 
 
+class _HunkCounter:
+    """Checks each hunk's lines against the counts its `@@ -a,b +c,d @@` header gives.
+
+    A hand-edited or cut patch fails here with the file and line, not later in `git am`
+    with git's line number inside its own copy of the diff.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.old = self.new = 0
+        self.at = 0  # the header's line number; 0 outside a hunk
+        self.file = ""
+
+    def start(self, number: int, file: str, header: re.Match) -> None:
+        self.end(number)
+        self.at, self.file = number, file
+        self.old = int(header.group(1) if header.group(1) is not None else 1)
+        self.new = int(header.group(2) if header.group(2) is not None else 1)
+
+    def line(self, number: int, line: str) -> None:
+        kind = line[:1]
+        if kind == "\\":  # "\ No newline at end of file" belongs to the line before
+            return
+        if not self.at or (self.old == 0 and self.new == 0):
+            if line.strip():
+                self.fail(number, f"{line[:60]!r} follows a complete hunk (its header counts fewer lines)")
+            return
+        if kind in (" ", ""):  # an empty context line whose space an editor stripped
+            self.old, self.new = self.old - 1, self.new - 1
+        elif kind == "-":
+            self.old -= 1
+        elif kind == "+":
+            self.new -= 1
+        else:
+            self.fail(number, f"{line[:60]!r} is not a diff line (each starts with ' ', '+' or '-')")
+        if self.old < 0 or self.new < 0:
+            self.fail(number, "the hunk has more lines than its header counts")
+
+    def end(self, number: int) -> None:
+        if self.at and (self.old > 0 or self.new > 0):
+            self.fail(number, f"the hunk ends {self.old} old / {self.new} new line(s) short of what its header counts")
+        self.at = 0
+
+    def fail(self, number: int, problem: str) -> None:
+        where = f" (hunk at line {self.at}, {self.file})" if self.at else ""
+        raise ForkError(
+            f"patches/{self.path.name} line {number}: {problem}{where}. The patch is corrupt (edited by hand or cut "
+            f"short): restore it (`git checkout -- patches/{self.path.name}`) or write it again with `invoke export`; "
+            "then `invoke check`."
+        )
+
+
 def parse_patch(path: Path) -> PatchFile:
     """Parse a mail-format patch; raise ForkError naming the file if it is not one."""
     # Bytes, not universal newlines: a CRLF copy must be seen, and a patch of a latin-1
@@ -115,21 +167,28 @@ def parse_patch(path: Path) -> PatchFile:
         i += 1
     files: list[FileDiff] = []
     current: FileDiff | None = None
-    for line in lines[i:]:
+    hunk = _HunkCounter(path)
+    # The text after the file's last newline is no line of the diff.
+    for number, line in enumerate(lines[i : len(lines) - (lines[-1] == "")], start=i + 1):
         if m := _DIFF.match(line):
+            hunk.end(number)
             current = FileDiff(m.group(2))
             current.header.append(line)
             files.append(current)
         elif current is None:
             continue
-        elif _HUNK.match(line):
+        elif m := _HUNK.match(line):
+            hunk.start(number, current.path, m)
             current.hunks.append([line])
         elif line == "-- ":
+            hunk.end(number)
             current = None  # the signature separator ends the last diff
         elif current.hunks:
+            hunk.line(number, line)
             current.hunks[-1].append(line)
         else:
             current.header.append(line)
+    hunk.end(len(lines))
     if not files:
         raise ForkError(f"{path.name}: holds no diff (is it truncated or corrupt?)")
     author = str(make_header(decode_header(headers.get("from", ""))))

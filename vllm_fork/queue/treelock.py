@@ -7,8 +7,10 @@ so it can never be stale). A second `invoke build` in the same clone waits for i
 While held, it keeps a journal, `build/.vllm.step`, naming the step that runs
 (apply, build, rebase). The step removes it when it ends, normally or with an
 error the user must act on. A journal found on entry means the previous holder
-was killed (kill -9, power loss) in the middle of that step; the tree then holds
-only what the tool itself was doing, so recovery is safe and automatic:
+was killed (kill -9, power loss) in the middle of that step. A step names itself
+`apply` only once it has checked that the tree holds no work of the user's
+(`mark_step`); a journal saying `apply` means the tree holds only what the tool
+itself was doing, so the next apply remakes it without asking. Recovery, always:
 
 - git's own lock files (`.git/index.lock`, `HEAD.lock`, ref locks) are removed:
   git never cleans up after a killed git, and no git of ours can be running;
@@ -38,6 +40,10 @@ from vllm_fork.core.git import git, lock_files
 
 #: The process's held tree locks (path -> depth): `build` holds it and calls `apply`.
 _held: dict[Path, int] = {}
+#: What the outermost holder recovered, handed to the first inner step (a build's apply).
+_recovered: dict[Path, Unfinished | None] = {}
+#: Trees an apply began remaking while this process holds the lock (`mark_step(tree, "apply")`).
+_remade: set[Path] = set()
 
 
 def lock_path(tree: Path) -> Path:
@@ -54,6 +60,14 @@ class Unfinished:
 
     step: str
     pid: int
+
+
+def mark_step(tree: Path, step: str) -> None:
+    """Name the step the journal records from here on (only while holding `locked`)."""
+    tree = Path(tree).resolve()
+    if step == "apply":
+        _remade.add(tree)
+    write_atomic(journal_path(tree), json.dumps({"step": step, "pid": os.getpid()}).encode())
 
 
 def interrupted_step(tree: Path) -> Unfinished | None:
@@ -115,7 +129,9 @@ def locked(tree: Path, step: str) -> Iterator[Unfinished | None]:
     """Hold build/vllm's lock for `step`, recovering first from a killed holder.
 
     Yields what an interrupted previous step left (None when the last step ended
-    normally). Re-entrant in one process: the outer holder's journal stays.
+    normally). Re-entrant in one process: the outer holder's journal stays, and
+    what the outer holder recovered is yielded to the first inner step (a build's
+    apply), which is the one that must redo it.
     """
     tree = Path(tree).resolve()
     if tree in _held:
@@ -123,14 +139,16 @@ def locked(tree: Path, step: str) -> Iterator[Unfinished | None]:
         # step while it runs, so a kill in it is recovered as that step.
         outer = interrupted_step(tree)
         _held[tree] += 1
-        write_atomic(journal_path(tree), json.dumps({"step": step, "pid": os.getpid()}).encode())
+        mark_step(tree, step)
         try:
-            yield None
+            yield _recovered.pop(tree, None)
         finally:
             _held[tree] -= 1
-            if outer is not None:
-                write_atomic(journal_path(tree), json.dumps({"step": outer.step, "pid": outer.pid}).encode())
+        # Only on success: a step cut short keeps its own journal for the next run.
+        if outer is not None:
+            mark_step(tree, outer.step)
         return
+    made_parent = not tree.parent.exists()
     tree.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path(tree), "a+") as fh:
         try:
@@ -141,20 +159,58 @@ def locked(tree: Path, step: str) -> Iterator[Unfinished | None]:
         _held[tree] = 1
         try:
             previous = recover(tree)
-            write_atomic(journal_path(tree), json.dumps({"step": step, "pid": os.getpid()}).encode())
+            _recovered[tree] = previous
+            mark_step(tree, step)
             yield previous
-            journal_path(tree).unlink(missing_ok=True)
+            _end_journal(tree, step, previous)
         except BaseException as exc:
             # An error the user acts on (a conflict, a refusal) ends the step: the tree
             # is as the message says. Only a kill, which runs no code, leaves the journal.
             # Ctrl-C, and a step cut short by a git it ran dying half-way, are like a
             # kill: the journal stays and the next run recovers.
             if not isinstance(exc, (KeyboardInterrupt, StepCutShort)):
-                journal_path(tree).unlink(missing_ok=True)
+                _end_journal(tree, step, previous)
+                if made_parent and not tree.exists():
+                    _remove_made_parent(tree)
             raise
         finally:
             del _held[tree]
+            _recovered.pop(tree, None)
+            _remade.discard(tree)
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-__all__ = ["locked", "recover", "interrupted_step", "remove_stale_git_locks", "drop_stopped_am", "lock_path"]
+def _remove_made_parent(tree: Path) -> None:
+    """A first step that failed before making the tree (an unwritable cache, say) leaves no `build/`.
+
+    Only this process made the folder, and only its lock file is in it.
+    """
+    lock_path(tree).unlink(missing_ok=True)
+    try:
+        tree.parent.rmdir()
+    except OSError:
+        pass  # something else is there now: it stays
+
+
+def _end_journal(tree: Path, step: str, previous: Unfinished | None) -> None:
+    """Remove the journal, unless a killed apply's half-made tree is still there to redo.
+
+    A step that never remade the tree (a `build --no-apply` that refused, an `apply --abort`
+    with nothing to abort) leaves the killed apply's journal for the next apply. A rebase
+    takes the tree over, so its own steps always end the journal.
+    """
+    if previous is not None and previous.step == "apply" and tree not in _remade and not step.startswith("rebase"):
+        mark_step(tree, "apply")
+        return
+    journal_path(tree).unlink(missing_ok=True)
+
+
+__all__ = [
+    "locked",
+    "mark_step",
+    "recover",
+    "interrupted_step",
+    "remove_stale_git_locks",
+    "drop_stopped_am",
+    "lock_path",
+]

@@ -13,11 +13,12 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError
 from vllm_fork.core.fs import write_atomic
+from vllm_fork.core.paths import REBASE_STATE, rebase_state_dir
 from vllm_fork.rebase.classify import PatchResult
 from vllm_fork.rebase.target import pin_from_dict
 from vllm_fork.upstream.pin import PIN_FILE, Pin
 
-STATE = "state.json"
+STATE = REBASE_STATE
 REPORT = "report.md"
 ORIG_REF = "refs/fork/rebase/orig-head"  # keeps the pre-rebase commits reachable for --abort
 SAVED = "saved"  # the queue and the pin as they were, byte for byte
@@ -29,7 +30,7 @@ CHECKS = "checks"
 
 
 def state_dir(root: Path) -> Path:
-    return root / "build" / "rebase"
+    return rebase_state_dir(root)
 
 
 @dataclass

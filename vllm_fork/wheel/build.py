@@ -28,14 +28,16 @@ from vllm_fork.ops.inputs import INPUTS_FILE, load_inputs, load_params
 from vllm_fork.ops.key import OpsKey, Touch, compute_key, patches_touching_inputs
 from vllm_fork.queue import apply as queue
 from vllm_fork.queue.apply import UPSTREAM_REF
+from vllm_fork.queue.export import TreeQueue, tree_queue
 from vllm_fork.queue.treelock import locked
+from vllm_fork.upstream.identity import check_pin
 from vllm_fork.upstream.pin import Pin, load_pin
 from vllm_fork.wheel import provenance
 from vllm_fork.wheel.buildenv import BuildEnv, ensure_build_env
 from vllm_fork.wheel.fast import blockers, build_fast
 from vllm_fork.wheel.metadata import wheel_metadata
 from vllm_fork.wheel.precompiled import build_compiled, build_precompiled, cuda_toolkit, nvcc_version
-from vllm_fork.wheel.version import SeriesId, series_id
+from vllm_fork.wheel.version import SeriesId, dirty_series_id, series_id
 
 ROUTES = ("auto", "fast", "precompiled")
 
@@ -154,8 +156,12 @@ def build(
     source: str | None = None,
     out_dir: Path | None = None,
     log: LogFn = log_info,
+    allow_unexported: bool = False,
 ) -> BuildResult:
     """Apply (unless told not to), then build the wheel and its provenance record into `out_dir`.
+
+    A tree whose commits differ from `patches/` (only with `apply=False`) is refused unless
+    `allow_unexported`: then the wheel's label ends in `.dirty` and its provenance lists them.
 
     Holds build/vllm's lock throughout: a second build in this clone waits, and a
     build killed half-way is recovered by the next one (see queue.treelock).
@@ -169,20 +175,49 @@ def build(
             # build of this clone writes there.
             for pattern in (".*.part", ".*.tmp"):
                 remove_stale_temps(out_dir, pattern, age=0)
-        result = _build(root, route, apply, source, out_dir, log)
+        result = _build(root, route, apply, source, out_dir, log, allow_unexported)
     return result
 
 
-def _build(root: Path, route: str, apply: bool, source: str | None, out_dir: Path, log: LogFn) -> BuildResult:
+def build_series(
+    tree: Path, root: Path, allow_unexported: bool, log: LogFn, applied: bool = False
+) -> tuple[SeriesId, TreeQueue]:
+    """The series the wheel is named after: `patches/`, or (when allowed) the tree's own differing commits.
+
+    `applied`: this build just applied patches/, so the tree holds them by construction.
+    """
+    if applied:
+        sid = series_id(root)
+        return sid, TreeQueue(sid.patches)
+    state = tree_queue(tree, root)
+    if state.matches:
+        return series_id(root), state
+    if not allow_unexported:
+        raise ForkError(
+            f"{tree} does not hold the queue in patches/, so a wheel named after patches/ would not hold it:\n"
+            f"{state.describe()}\n"
+            "Keep them: `invoke export` (then commit patches/) and build again; or drop them: "
+            "`invoke apply --force`, then `invoke build`; or name the wheel after the tree: "
+            "`invoke build --no-apply --allow-unexported` (its version ends in `.dirty`)."
+        )
+    sid = dirty_series_id(state.patches)
+    log_warning(f"building from commits patches/ does not hold; the wheel is labelled {sid.label}:\n{state.describe()}")
+    return sid, state
+
+
+def _build(
+    root: Path, route: str, apply: bool, source: str | None, out_dir: Path, log: LogFn, allow_unexported: bool
+) -> BuildResult:
     timer = _Timer()
     pin: Pin = load_pin(root)
     tree = default_tree(root)
     if apply:
         queue.apply(root=root, source=source)
     base, head = tree_commits(tree)
+    check_pin(pin, tree, base)
+    sid, state = build_series(tree, root, allow_unexported, log, applied=apply)
     timer.lap("apply")
 
-    sid = series_id(root)
     version = sid.version(pin.version)
     params = load_params(root)
     key = compute_key(tree, head, root, params)
@@ -268,6 +303,7 @@ def _build(root: Path, route: str, apply: bool, source: str | None, out_dir: Pat
             base,
             head,
             sid,
+            state,
             key,
             upstream_key,
             touches,
@@ -295,6 +331,7 @@ def _write_provenance(
     base: str,
     head: str,
     sid: SeriesId,
+    state: TreeQueue,
     key: OpsKey,
     upstream_key: OpsKey,
     touches: list[Touch],
@@ -316,7 +353,13 @@ def _write_provenance(
         "pin": {"version": pin.version, "tag": pin.tag, "commit": pin.commit, "source": pin.source},
         "upstream_commit": base,
         "tree_commit": head,
-        "series": {"label": sid.label, "patches": sid.patches},
+        "fork": provenance.fork_state(root),
+        "series": {
+            "label": sid.label,
+            "patches": sid.patches,
+            "unexported": state.unexported,
+            "missing": state.missing,
+        },
         "ops": {
             "key": key.key,
             "upstream_key": upstream_key.key,

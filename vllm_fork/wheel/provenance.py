@@ -47,6 +47,17 @@ def patched_package_files(tree: Path, base: str, head: str) -> list[dict]:
     return files
 
 
+def fork_state(root: Path) -> dict:
+    """The fork repository's own commit and whether its work tree was clean (None outside a git clone)."""
+    top = git(root, "rev-parse", "--show-toplevel", check=False)
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root.resolve():
+        return {"commit": None, "clean": None, "changed": []}
+    head = git(root, "rev-parse", "--verify", "--quiet", "HEAD", check=False).stdout.strip() or None
+    # Git-ignored outputs (build/, dist/) are not the fork's sources.
+    changed = [ln[3:] for ln in git(root, "status", "--porcelain", "--untracked-files=normal").stdout.splitlines()]
+    return {"commit": head, "clean": not changed, "changed": changed[:50]}
+
+
 def changes_requirements(tree: Path, base: str, head: str) -> bool:
     """Whether the series changes what decides the wheel's dependencies (`ops-cache/packaging.toml`)."""
     pathspecs = load_packaging().requirement_pathspecs
@@ -85,6 +96,7 @@ __all__ = [
     "read",
     "patched_package_files",
     "changes_requirements",
+    "fork_state",
     "tool_versions",
     "wheel_summary",
 ]

@@ -10,11 +10,17 @@ from pathlib import Path
 
 from vllm_fork.core.errors import ForkError, IntegrityError
 from vllm_fork.core.fs import b64_sha256, sha256_file
-from vllm_fork.core.paths import REPO_ROOT
+from vllm_fork.core.git import rev
+from vllm_fork.core.paths import REPO_ROOT, patches_dir
 from vllm_fork.ops import cache as opscache
 from vllm_fork.ops.seed import official_wheel
+from vllm_fork.queue.series import read_series
+from vllm_fork.upstream.identity import assigned, release_identity
 from vllm_fork.upstream.pin import load_pin
+from vllm_fork.upstream.sources import ensure_upstream, upstream_repo
 from vllm_fork.wheel import provenance
+from vllm_fork.wheel.expected import blob_id, patched_blobs
+from vllm_fork.wheel.version import label_of, series_id
 from vllm_fork.wheel.writer import read_record
 
 
@@ -72,8 +78,8 @@ def _verify(
     else:
         report.ok("wheel sha256 matches its provenance record")
 
-    dist_info = f"vllm-{version}.dist-info"
     with zipfile.ZipFile(wheel) as zf:
+        dist_info = _dist_info(zf, wheel)
         # Every member against the wheel's own RECORD (reads and hashes them all).
         hashes: dict[str, str] = {}
         for info in zf.infolist():
@@ -108,7 +114,16 @@ def _verify(
             else:
                 report.ok(f"all {len(members)} compiled members byte-identical to artifact {entry.file}")
 
-        # Every file the series changes is in the wheel as patched.
+        pin = load_pin(root)
+        official_path = official_wheel(pin)
+        with zipfile.ZipFile(official_path) as official:
+            official_version = _metadata_version(
+                official.read(f"{_dist_info(official, official_path)}/METADATA").decode()
+            )
+        _check_names(report, wheel, zf, dist_info, version, official_version, record, root)
+        recomputed = _check_patched_from_series(report, zf, record, root)
+
+        # Every file the record says the series changes is in the wheel as patched.
         patched_bad = []
         for item in record.get("patched_files", []):
             if item.get("deleted"):
@@ -124,9 +139,8 @@ def _verify(
             report.ok(f"{len(record.get('patched_files', []))} patched package file(s) present as patched")
 
         # Metadata as upstream's, unless the series changes the requirements.
-        pin = load_pin(root)
-        with zipfile.ZipFile(official_wheel(pin)) as official:
-            upstream_dist = f"vllm-{pin.version}.dist-info"
+        with zipfile.ZipFile(official_path) as official:
+            upstream_dist = _dist_info(official, official_path)
             ours = zf.read(f"{dist_info}/METADATA").decode()
             theirs = official.read(f"{upstream_dist}/METADATA").decode()
             if f"Version: {version}\n" not in ours:
@@ -139,13 +153,140 @@ def _verify(
                 report.bad("METADATA differs from the official wheel's beyond the version")
             else:
                 report.ok("METADATA equals the official wheel's except the version")
-            _compare_unpatched(report, hashes, official, upstream_dist, dist_info, record, members_of(found))
+            # The paths the series changes, as recomputed from patches/ where it could be: a record
+            # that lists more (a file an unexported commit changed) must not excuse them.
+            patched = (
+                set(recomputed) if recomputed is not None else {i["path"] for i in record.get("patched_files", [])}
+            )
+            _compare_unpatched(report, hashes, official, upstream_dist, dist_info, patched, members_of(found))
             for name in ("entry_points.txt", "top_level.txt"):
                 if zf.read(f"{dist_info}/{name}") != official.read(f"{upstream_dist}/{name}") and not record.get(
                     "changes_requirements"
                 ):
                     report.bad(f"{name} differs from the official wheel's")
     return report
+
+
+def _dist_info(zf: zipfile.ZipFile, wheel: Path) -> str:
+    """The wheel's one `.dist-info` directory, found by what the archive holds (not by its name)."""
+    found = sorted({n.split("/")[0] for n in zf.namelist() if n.split("/")[0].endswith(".dist-info")})
+    if len(found) != 1:
+        raise IntegrityError(f"{wheel} holds {len(found)} .dist-info directories ({found}); rebuild it")
+    return found[0]
+
+
+def _metadata_version(metadata: str) -> str | None:
+    for line in metadata.splitlines():
+        if line.startswith("Version: "):
+            return line.removeprefix("Version: ").strip()
+    return None
+
+
+def _check_names(
+    report: Report,
+    wheel: Path,
+    zf: zipfile.ZipFile,
+    dist_info: str,
+    version: str,
+    official_version: str | None,
+    record: dict,
+    root: Path,
+) -> None:
+    """The version every name in the wheel says, its release against the code, its label against its series."""
+    version_py = zf.read("vllm/_version.py").decode() if "vllm/_version.py" in zf.namelist() else ""
+    said = {
+        "the file name": wheel.name.split("-")[1] if wheel.name.count("-") >= 4 else wheel.name,
+        "the .dist-info directory": dist_info.removeprefix("vllm-").removesuffix(".dist-info"),
+        "METADATA": _metadata_version(zf.read(f"{dist_info}/METADATA").decode()),
+        "vllm/_version.py": assigned(version_py, "version"),
+    }
+    disagree = [f"{where} says {value}" for where, value in said.items() if value != version]
+    if disagree:
+        report.bad(f"the wheel's version is not its provenance's {version}: " + "; ".join(disagree))
+    else:
+        report.ok(f"file name, .dist-info, METADATA and vllm/_version.py all say {version}")
+    release, _, label = version.partition("+")
+    upstream = record.get("upstream_commit", "")
+    sdist_version = None
+    if upstream and rev(upstream_repo(), upstream):
+        found = release_identity(upstream_repo(), upstream)
+        sdist_version = found.pkg_info_version or found.version_py_version
+    wrong = [
+        f"{what} is {value}"
+        for what, value in (
+            ("the official wheel's METADATA", official_version),
+            ("the sdist's PKG-INFO", sdist_version),
+        )
+        if value is not None and value != release
+    ]
+    if wrong:
+        report.bad(f"the wheel is named release {release}, but " + " and ".join(wrong) + ": the name lies")
+    else:
+        report.ok(f"release {release} is the one the official wheel and the upstream tree say")
+    series = record.get("series", {})
+    dirty = bool(series.get("unexported") or series.get("missing"))
+    want = label_of(series.get("patches", []), dirty)
+    if label != want:
+        report.bad(
+            f"local version {label or '(none)'} is not the label of the series its provenance lists ({want})"
+            + ("; the wheel holds commits patches/ lacks, so it must end in .dirty" if dirty else "")
+        )
+    else:
+        report.ok(
+            f"local version {label} is the hash of its series" + (" (unexported commits: .dirty)" if dirty else "")
+        )
+
+
+def _check_patched_from_series(report: Report, zf: zipfile.ZipFile, record: dict, root: Path) -> set[str] | None:
+    """Recompute the patched files from patches/ and compare the wheel's members; the paths, or None if not here."""
+    series = record.get("series", {})
+    if series.get("unexported") or series.get("missing"):
+        report.ok(
+            "patched files checked against the provenance only: the wheel was built from commits patches/ "
+            "lacks: " + "; ".join(series.get("unexported", []) + series.get("missing", []))
+        )
+        return None
+    here = series_id(root)
+    label = record.get("version", "").partition("+")[2]
+    if series.get("patches") != here.patches:
+        fork = record.get("fork", {}).get("commit")
+        report.bad(
+            f"the wheel's series {label} is not this checkout's patches/ ({here.label}), so its patched files "
+            "cannot be recomputed here; verify it in the fork checkout it was built from"
+            + (f" (commit {fork})" if fork else "")
+        )
+        return None
+    base = record.get("upstream_commit", "")
+    repo = upstream_repo()
+    if not base or rev(repo, base) is None:
+        ensure_upstream(load_pin(root))
+    if not base or rev(repo, base) is None:
+        report.bad(f"upstream commit {base or '(none)'} of the provenance is not the pinned release's tree")
+        return None
+    expected = patched_blobs(repo, base, read_series(patches_dir(root)))
+    names = set(zf.namelist())
+    blobs = {path: blob_id(zf.read(path)) for path in expected if path in names}
+    wrong = []
+    for path, blob in sorted(expected.items()):
+        if blob is None:
+            if path in names:
+                wrong.append(f"{path} (deleted by the series) is in the wheel")
+        elif path not in blobs:
+            wrong.append(f"{path} is missing")
+        elif blobs[path] != blob:
+            wrong.append(f"{path} is not as patches/ make it")
+    listed = {item["path"] for item in record.get("patched_files", [])}
+    if listed != set(expected):
+        extra, lacking = sorted(listed - set(expected)), sorted(set(expected) - listed)
+        wrong.append(
+            "the provenance's patched files are not the series' "
+            f"(listed but not changed by patches/: {extra[:5]}; changed but not listed: {lacking[:5]})"
+        )
+    if wrong:
+        report.bad(f"recomputed from patches/ ({label}): " + "; ".join(wrong[:8]))
+    else:
+        report.ok(f"{len(expected)} patched file(s) recomputed from patches/ equal the wheel's")
+    return set(expected)
 
 
 def members_of(found: tuple[opscache.Entry, Path] | None) -> set[str]:
@@ -166,7 +307,7 @@ def _compare_unpatched(
     official: zipfile.ZipFile,
     upstream_dist: str,
     dist_info: str,
-    record: dict,
+    patched: set[str],
     compiled: set[str],
 ) -> None:
     """Every member the series leaves alone must be upstream's byte for byte (the official wheel's RECORD).
@@ -174,7 +315,6 @@ def _compare_unpatched(
     The official wheel is sha256-checked against the pin, so its RECORD is trusted;
     the fork wheel's own RECORD is not (whoever swapped a file could rewrite it).
     """
-    patched = {item["path"] for item in record.get("patched_files", [])}
     theirs = {
         row[0]: row[1].removeprefix("sha256=")
         for row in read_record(official, upstream_dist)
