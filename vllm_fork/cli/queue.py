@@ -12,6 +12,7 @@ from vllm_fork.queue import check as check_mod
 from vllm_fork.queue.export import export as export_queue
 from vllm_fork.queue.report import format_report
 from vllm_fork.queue.status import status_report
+from vllm_fork.queue.upstream_checks import format_table
 
 
 class ApplyTask(Task):
@@ -63,13 +64,19 @@ def export(c):
         "source": "pypi or git (default from upstream.toml)",
         "report": "first print each patch's added lines (code, tests, docs), upstream private names, "
         "message and policy verdict, as Markdown tables",
+        "upstream": "also run vLLM's own pre-commit hooks (ruff, typos, mypy, tools/pre_commit/) on each "
+        "patch's files as the tree stands after it, and print the per-patch table",
     }
 )
-def check(c, source=None, report=False):
+def check(c, source=None, report=False, upstream=False):
     """CI gate: series/files agree, every patch applies strictly, export round-trips, messages say why, policy."""
-    result = _run(check_mod.review, source=source)
+    result = _run(check_mod.review, source=source, upstream=upstream)
     if report:
         print(format_report(result.reports, result.patches, result.policy))
+        print()
+    if upstream:
+        print("vLLM's pre-commit hooks, findings per patch:")
+        print(format_table(result.hooks))
         print()
     if result.problems:
         print(f"check: {len(result.problems)} problem(s)", file=sys.stderr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_fork.core.errors import ConfigError, ForkError
@@ -18,6 +18,7 @@ from vllm_fork.queue.patchfile import PatchFile, parse_patch
 from vllm_fork.queue.report import PatchReport, Policy, add_private_names, judge, load_policy, patch_report
 from vllm_fork.queue.selfcontained import prefix_findings
 from vllm_fork.queue.series import series_entries, series_problems
+from vllm_fork.queue.upstream_checks import PatchResult, check_queue
 from vllm_fork.upstream.pin import Pin, load_pin
 from vllm_fork.upstream.sources import ensure_upstream
 
@@ -35,6 +36,7 @@ class Kind(enum.Enum):
     EXPORT = "export"  # apply + export would not give back the same files
     PREFIX = "self-contained"  # the tree after this patch (and those before it) is broken on its own
     POLICY = "policy"  # over a limit of patches/policy.toml, or the policy file itself is wrong
+    UPSTREAM = "upstream-hooks"  # vLLM's own pre-commit hooks find something in the files a patch touches
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ class Review:
     reports: list[PatchReport]  # one per readable patch, in series order
     patches: list[PatchFile]
     policy: Policy
+    hooks: list[PatchResult] = field(default_factory=list)  # vLLM's hooks per patch (`upstream=True`)
 
 
 def policy_review(
@@ -163,8 +166,11 @@ def policy_review(
     return patches, reports, policy, problems
 
 
-def review(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> Review:
-    """All problems with patches/ against the pin, and the per-patch report."""
+def review(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None, upstream: bool = False) -> Review:
+    """All problems with patches/ against the pin, and the per-patch report.
+
+    With `upstream`, also vLLM's own pre-commit hooks on each patch's files (upstream_checks).
+    """
     pin = pin or load_pin(root)
     pdir = default_patches_dir(root)
     problems = [Problem(Kind.SERIES, None, message) for message in series_problems(pdir)]
@@ -179,21 +185,26 @@ def review(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = 
     problems += upstream_status_problems(readable)
     parsed, reports, policy, found = policy_review(pdir, entries, readable)
     problems += found
-    upstream = ensure_upstream(pin, source)
+    source_tree = ensure_upstream(pin, source)
+    upstream_commit = source_tree.commit
+    hooks: list[PatchResult] = []
     tree = root / "build" / ".check-tree"
-    prepare_tree(tree, upstream, pin.tag, force=True, borrow_objects=True)
+    prepare_tree(tree, source_tree, pin.tag, force=True, borrow_objects=True)
     failed = apply_problems(tree, readable)
     problems += failed
     if not failed:
         # Commit i of the check tree is exactly upstream + patches 1..i: each prefix must stand.
-        findings = prefix_findings(tree, upstream.commit, [p.name for p in readable])
+        findings = prefix_findings(tree, upstream_commit, [p.name for p in readable])
         problems += [Problem(Kind.PREFIX, f.patch, f.message) for f in findings]
-        commits = git(tree, "rev-list", "--reverse", f"{upstream.commit}..HEAD").stdout.split()
+        commits = git(tree, "rev-list", "--reverse", f"{upstream_commit}..HEAD").stdout.split()
         if len(commits) == len(readable):
             add_private_names(reports, parsed, tree, commits)
+        if upstream:
+            hooks = check_queue(tree, upstream_commit, [p.name for p in readable])
+            problems += [Problem(Kind.UPSTREAM, f.patch, str(f)) for r in hooks for f in r.findings]
     if not failed and not series_problems(pdir) and len(readable) == len(entries):
         problems += export_problems(tree, pdir, entries)
-    return Review(problems, reports, parsed, policy)
+    return Review(problems, reports, parsed, policy, hooks)
 
 
 def check(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> list[Problem]:
