@@ -11,4 +11,7 @@ python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
 for req in requirements/*.txt; do
   if [ -f "$req" ]; then .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"; fi
 done
+# vLLM's pinned pre-commit tools, in a venv of their own (`invoke check --upstream`).
+[ -x .venv/upstream-checks/bin/python ] || .venv/bin/python -m venv .venv/upstream-checks
+.venv/upstream-checks/bin/python -m pip install -q --disable-pip-version-check -r requirements/upstream-checks/tools.txt
 echo "setup.sh: .venv ready ($(.venv/bin/python --version))"

@@ -34,6 +34,9 @@ README = REPO_ROOT / "README.md"
 BUMP_HISTORY = "docs/upstream-bumps.md"
 README_MAX_LINES = 250
 DOCS_MAX_WORDS = 12_000
+#: Texts written for vLLM's reviewers, not for this project's readers (the RFC and the PR
+#: descriptions, issue 60): they follow upstream's templates and are left out of the budget.
+FOR_UPSTREAM = ("docs/rfc-tower-streaming.md", "docs/upstream/")
 TABLE_MAX_ROWS = 24
 
 # (path, text on the line, why it may name another release or queue length). Keep it short.
@@ -357,7 +360,8 @@ def test_readme_patch_table_is_the_series_with_its_sizes_and_status():
 def test_the_readme_and_the_docs_stay_short():
     lines = README.read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md is {len(lines)} lines (at most {README_MAX_LINES})"
-    words = {_rel(p): len(p.read_text().split()) for p in sorted((REPO_ROOT / "docs").rglob("*.md"))}
+    pages = [p for p in sorted((REPO_ROOT / "docs").rglob("*.md")) if not _rel(p).startswith(FOR_UPSTREAM)]
+    words = {_rel(p): len(p.read_text().split()) for p in pages}
     assert sum(words.values()) <= DOCS_MAX_WORDS, (
         f"docs/ is {sum(words.values())} words (at most {DOCS_MAX_WORDS}): {words}"
     )

@@ -15,6 +15,7 @@ from vllm_fork.queue.export import export as export_queue
 from vllm_fork.queue.report import format_report
 from vllm_fork.queue.status import format_status
 from vllm_fork.queue.status import status as queue_status
+from vllm_fork.queue.upstream_checks import format_table
 
 
 class ApplyTask(CliTask):
@@ -67,15 +68,21 @@ def export(c):
         "report": "first print each patch's added lines (code, tests, docs), upstream private names, "
         "message and policy verdict, as Markdown tables",
         "json": "print the result as JSON (schema: vllm_fork/cli/schemas/check.schema.json), the report included",
+        "upstream": "also run vLLM's own pre-commit hooks (ruff, typos, mypy, tools/pre_commit/) on each "
+        "patch's files as the tree stands after it, and print the per-patch table",
     }
 )
-def check(c, source=None, report=False, json_=False):
+def check(c, source=None, report=False, json_=False, upstream=False):
     """CI gate: series/files agree, every patch applies strictly, export round-trips, messages say why, policy."""
-    result = _run(check_mod.review, source=source)
+    result = _run(check_mod.review, source=source, upstream=upstream)
     if json_:
         jsonout.emit("check", jsonout.check_document(result))
     elif report:
         print(format_report(result.reports, result.patches, result.policy))
+        print()
+    if upstream and not json_:
+        print("vLLM's pre-commit hooks, findings per patch:")
+        print(format_table(result.hooks))
         print()
     if result.problems:
         print(f"check: {len(result.problems)} problem(s)", file=sys.stderr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from vllm_fork.queue.patchfile import PatchFile, parse_patch
 from vllm_fork.queue.report import PatchReport, Policy, add_private_names, judge, load_policy, patch_report
 from vllm_fork.queue.selfcontained import prefix_findings
 from vllm_fork.queue.series import series_entries, series_problems
+from vllm_fork.queue.upstream_checks import PatchResult, check_queue
 from vllm_fork.upstream.pin import Pin, load_pin
 from vllm_fork.upstream.sources import Upstream, ensure_upstream
 
@@ -37,6 +38,7 @@ class Kind(enum.Enum):
     EXPORT = "export"  # apply + export would not give back the same files
     PREFIX = "self-contained"  # the tree after this patch (and those before it) is broken on its own
     POLICY = "policy"  # over a limit of patches/policy.toml, or the policy file itself is wrong
+    UPSTREAM = "upstream-hooks"  # vLLM's own pre-commit hooks find something in the files a patch touches
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,7 @@ class Review:
     reports: list[PatchReport]  # one per readable patch, in series order
     patches: list[PatchFile]
     policy: Policy
+    hooks: list[PatchResult] = field(default_factory=list)  # vLLM's hooks per patch (`upstream=True`)
 
     def to_json(self) -> dict[str, Any]:
         """What the cache keeps: the problems and the reports (the patches and the policy are re-read)."""
@@ -182,24 +185,40 @@ def policy_review(
     return patches, reports, policy, problems
 
 
-def review(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None) -> Review:
+def review(root: Path = REPO_ROOT, source: str | None = None, pin: Pin | None = None, upstream: bool = False) -> Review:
     """All problems with patches/ against the pin, and the per-patch report.
 
     The review follows from the upstream commit and the bytes of patches/ alone: it is kept
     in the cache under that key (checkcache), and only a changed queue is reviewed again.
+    With `upstream`, also vLLM's own pre-commit hooks on each patch's files (upstream_checks,
+    which keeps its own cache).
     """
     pin = pin or load_pin(root)
     pdir = default_patches_dir(root)
-    upstream = ensure_upstream(pin, source)
-    key = checkcache.queue_key(upstream.commit, pin.tag, pdir)
+    source_tree = ensure_upstream(pin, source)
+    key = checkcache.queue_key(source_tree.commit, pin.tag, pdir)
     stored = checkcache.load_result(key)
     if stored is not None:
-        return Review.from_json(stored, pdir)
-    memo = checkcache.Memo(persist=True)
-    found = fresh_review(root, pin, pdir, upstream, memo)
-    memo.save()
-    checkcache.store_result(key, found.to_json())
+        found = Review.from_json(stored, pdir)
+    else:
+        memo = checkcache.Memo(persist=True)
+        found = fresh_review(root, pin, pdir, source_tree, memo)
+        memo.save()
+        checkcache.store_result(key, found.to_json())
+    if upstream and not any(p.kind in (Kind.APPLY, Kind.UNREADABLE, Kind.SERIES) for p in found.problems):
+        found.hooks = hook_review(root, source_tree, pin.tag, pdir)
+        found.problems += [Problem(Kind.UPSTREAM, f.patch, str(f)) for r in found.hooks for f in r.findings]
     return found
+
+
+def hook_review(root: Path, upstream: Upstream, tag: str, pdir: Path) -> list[PatchResult]:
+    """vLLM's own pre-commit hooks on each patch's files, as the check tree stands after it."""
+    readable = [pdir / e for e in series_entries(pdir)]
+    tree = root / "build" / ".check-tree"
+    prepare_tree(tree, upstream, tag, force=True, borrow_objects=True)
+    if apply_problems(tree, readable):
+        return []  # the review already names the patch that does not apply
+    return check_queue(tree, upstream.commit, [p.name for p in readable])
 
 
 def fresh_review(root: Path, pin: Pin, pdir: Path, upstream: Upstream, memo: checkcache.Memo) -> Review:
