@@ -130,7 +130,8 @@ def main() -> int:
     }
     write_atomic(args.out, json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
-    return 0 if result["within_targets"] else 1
+    # A smoke run proves the benchmark works; its times on a small queue claim nothing.
+    return 0 if result["within_targets"] or args.smoke else 1
 
 
 if __name__ == "__main__":
