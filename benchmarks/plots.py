@@ -8,7 +8,9 @@ Writes, from the JSON each benchmark committed:
                      time) per tower family;
 - tower_pipeline.png tower_pipeline.py: eager streamed encodes over max(resident, copy time)
                      against the encode's size, per tower and lookahead;
-- tower_graph.png    tower_graph.py: the same in encoder CUDA graphs.
+- tower_graph.png    tower_graph.py: the same in encoder CUDA graphs;
+- serve_load.png     serve_load.py: `vllm serve` resident against `--offload-towers` on one
+                     memory budget, output throughput and p99 TTFT against the offered load.
 `--smoke` draws the same pictures into `--out-dir` (CI: every picture still draws from the
 results' current format).
 """
@@ -157,7 +159,42 @@ def plot_tower_graph(results: Path, out: Path) -> None:
     save(fig, out / "tower_graph.png")
 
 
-PLOTS = [plot_build, plot_tower_matrix, plot_tower_pipeline, plot_tower_graph]
+MODE_STYLES = {"resident": ("tab:blue", "o"), "streamed": ("tab:orange", "s")}
+
+
+def plot_serve_load(results: Path, out: Path) -> None:
+    report = load(results, "serve_load/serve_load_8B_utilization.json")
+    budget = report["memory"].split("(")[-1].split(" GiB")[0]  # "... (24 GiB of the card)"
+    fig, (tput, ttft) = plt.subplots(1, 2, figsize=(10, 4))
+    for mode, (color, marker) in MODE_STYLES.items():
+        points = sorted((p["max_concurrency"], p) for p in report["points"] if p["mode"] == mode)
+        if not points:
+            continue
+        xs = [c for c, _ in points]
+        kv = report["servers"].get(mode, {}).get("kv_cache_tokens")
+        label = mode if kv is None else f"{mode} (KV cache {kv:,} tokens)"
+        tput.plot(xs, [p["output_throughput"] for _, p in points], color=color, marker=marker, label=label)
+        ttft.plot(xs, [p["p99_ttft_ms"] / 1000 for _, p in points], color=color, marker=marker, label=label)
+    for ax in (tput, ttft):
+        ax.set_xscale("log", base=2)
+        concurrencies = sorted({p["max_concurrency"] for p in report["points"]})
+        ax.set_xticks(concurrencies, [str(c) for c in concurrencies])
+        ax.minorticks_off()
+        ax.set_xlabel("offered load: concurrent requests (--max-concurrency)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    tput.set_ylabel("output tokens / s")
+    ttft.set_ylabel("p99 time to first token (s)")
+    tput.legend(fontsize=8, loc="lower right")
+    fig.suptitle(
+        f"vllm serve + vllm bench serve, Qwen3-VL-{report['shape']} shape, {budget} GiB engine budget"
+        f" (--gpu-memory-utilization), resident vs --offload-towers\n{report['gpu']}, vLLM {report['vllm']} (the built wheel)",
+        fontsize=9,
+    )
+    save(fig, out / "serve_load.png")
+
+
+PLOTS = [plot_build, plot_tower_matrix, plot_tower_pipeline, plot_tower_graph, plot_serve_load]
 
 
 def main(argv: list[str] | None = None) -> None:

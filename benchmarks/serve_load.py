@@ -600,7 +600,8 @@ def markdown(report: dict) -> str:
         f"# `vllm serve` under load: resident vs `--offload-towers` ({report['config']})",
         "",
         f"Qwen3-VL-{report['shape']} shape (full-size text and vision configs, dummy weights), {report['memory']},",
-        f"{report['gpu']}, vLLM {report['vllm']} (the built wheel). `vllm bench serve`, random-mm dataset"
+        f"{report['gpu']}, vLLM {report['vllm']} (the built wheel{': `' + report['wheel'] + '`' if report.get('wheel') else ''})."
+        " `vllm bench serve`, random-mm dataset"
         " (0-2 images of 64/384/1024 tokens, 96-160 text tokens, 384-640 output tokens), all requests queued"
         " at once under `--max-concurrency`.",
         "",
@@ -617,20 +618,28 @@ def markdown(report: dict) -> str:
     lines += [
         "",
         "| concurrency | server | req/s | output tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | peak running |"
-        " preemptions | failed | engine GPU peak | pinned | tower copied |",
+        " preemptions | failed | engine's torch reserved, peak | pinned (caching allocator) | tower copied (passes) |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for p in sorted(report["points"], key=lambda p: (p["max_concurrency"], p["mode"])):
         v = p["server"]
-        copied = v.get("tower_copied_bytes")
+        copied, tower = v.get("tower_copied_bytes"), v.get("tower_host_bytes")
+        passes = "-" if copied is None else f"{copied / GiB:.1f} GiB ({copied / tower:.0f})"
         lines.append(
             f"| {p['max_concurrency']} | {p['mode']} | {p['request_throughput']:.2f} | {p['output_throughput']:.0f}"
             f" | {p['median_ttft_ms']:.0f} / {p['p99_ttft_ms']:.0f} | {p['median_tpot_ms']:.1f} / {p['p99_tpot_ms']:.1f}"
             f" | {v['peak_running']} | {v['preemptions']} | {p['failed']}"
             f" | {v.get('gpu_peak_reserved_bytes', 0) / GiB:.2f} GiB | {v.get('pinned_bytes', 0) / MiB:.0f} MiB"
-            f" | {'-' if copied is None else f'{copied / GiB:.1f} GiB'} |"
+            f" | {passes} |"
         )
-    lines.append("")
+    lines += [
+        "",
+        "The engine's torch reserved peak leaves out vLLM's extensible KV cache (mapped outside torch's"
+        " allocator; with `--kv-cache-memory-bytes` the cache is in it). Pinned: PyTorch's caching host"
+        " allocator (vLLM's staging buffers); the streamed tower's host copy is pinned apart from it and is in"
+        " the engine's RSS. Tower passes: bytes copied over the tower's bytes.",
+        "",
+    ]
     for row in s["points"]:
         lines.append(
             f"- concurrency {row['max_concurrency']}: streamed output throughput {row['output_throughput_ratio']:.3f}x"
@@ -640,11 +649,19 @@ def markdown(report: dict) -> str:
         lines.append(f"- KV cache: streamed {s['kv_cache_tokens_ratio']:.3f}x resident's tokens.")
     if "gpu_freed_bytes" in s:
         lines.append(f"- The streamed server took {s['gpu_freed_bytes'] / GiB:.2f} GiB less of the card at start.")
+    if report.get("skipped_concurrencies"):
+        skipped = ", ".join(map(str, report["skipped_concurrencies"]))
+        lines.append(f"- Not run: concurrencies {skipped} (they would not have ended within `--budget-s`).")
     eq = report.get("compared", {})
     if eq.get("equal") is not None:
         verdict = "the same token ids" if eq["equal"] else f"different tokens ({eq['equal_each']})"
         lines.append(f"- {eq['requests']} requests one at a time after the sweep, temperature 0: {verdict}.")
-    lines += ["", f"Command: `{report['command']}`", ""]
+    runs = report.get("runs") or [{"command": report["command"]}]
+    lines += ["", "Command" + ("s" if len(runs) > 1 else "") + ":"]
+    for run in runs:
+        ran = f" (concurrencies {', '.join(map(str, run['concurrencies']))})" if "concurrencies" in run else ""
+        lines.append(f"- `{run['command']}`{ran}")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -653,6 +670,28 @@ def write_report(out_dir: Path, report: dict) -> None:
     name = f"serve_load_{report['shape']}_{report['config']}"
     write_atomic(out_dir / f"{name}.json", json.dumps(report, indent=1) + "\n")
     write_atomic(out_dir / f"{name}.md", markdown(report))
+
+
+def merge(reports: list[dict]) -> dict:
+    """One report from runs of the same shape and configuration, each with servers of its own
+    (a call of this project's device takes part of a sweep): the first run's servers, every
+    run's points, each run's command, servers and concurrencies under `runs`."""
+    first = reports[0]
+    if any(
+        (r["shape"], r["config"], r["memory"]) != (first["shape"], first["config"], first["memory"]) for r in reports
+    ):
+        raise ValueError("serve_load: merge runs of one shape, configuration and memory budget only")
+    merged = {**first, "points": [p for r in reports for p in r["points"]]}
+    merged["runs"] = [
+        {
+            "command": r["command"],
+            "concurrencies": sorted({p["max_concurrency"] for p in r["points"]}),
+            "servers": r["servers"],
+        }
+        for r in reports
+    ]
+    merged.pop("skipped_concurrencies", None)
+    return merged
 
 
 # -- the run ------------------------------------------------------------------------------

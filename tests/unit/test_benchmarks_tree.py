@@ -74,4 +74,4 @@ def test_the_pictures_draw_from_the_committed_results(tmp_path: Path):
         timeout=300,
     )
     drawn = sorted(p.name for p in tmp_path.glob("*.png"))
-    assert drawn == sorted(p.name for p in RESULTS.glob("*.png")) and len(drawn) == 4
+    assert drawn == sorted(p.name for p in RESULTS.glob("*.png")) and len(drawn) == 5
