@@ -93,12 +93,13 @@ def test_missing_blob_and_bad_remotes_are_clear_errors(root, stored):
     assert oci.Registry.parse("oci://registry.example:5000/a/b/").base == "https://registry.example:5000"
 
 
-def test_publish_pushes_blob_and_a_manifest_tagged_with_the_key(root, stored, tmp_path, monkeypatch):
+def test_publish_pushes_blob_and_a_manifest_tagged_with_the_key(root, stored, tmp_path, monkeypatch, capfd):
     entry, path, data = stored
     with registry() as reg:
         remote = f"oci+http://{reg.host}/{REPO}"
         ref = opscache.publish_oci(KEY, remote, root)
         assert ref == f"{reg.host}/{REPO}:{KEY}"
+        assert f"uploading {path.name}:" in capfd.readouterr().err, "the upload says how far it is"
         assert reg.blobs[(REPO, f"sha256:{entry.sha256}")] == data
         assert reg.blobs[(REPO, oci.EMPTY_DIGEST)] == b"{}"
         assert "sha256:" + hashlib.sha256(b"{}").hexdigest() == oci.EMPTY_DIGEST

@@ -26,6 +26,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_fork.core import log
 from vllm_fork.core.docker_config import config_dir, ssl_context
 from vllm_fork.core.errors import DownloadError, ForkError
 from vllm_fork.core.image_ref import Endpoint, ImageRef, parse_remote
@@ -146,7 +147,7 @@ class Registry:
         if isinstance(data, Path):
             headers.setdefault("Content-Length", str(data.stat().st_size))
         for attempt in (1, 2):
-            body = open(data, "rb") if isinstance(data, Path) else data  # noqa: SIM115 (closed below)
+            body = UploadBody(data) if isinstance(data, Path) else data
             try:
                 return self._send(opener, self._request(method, url, body, headers))  # type: ignore[arg-type]
             except urllib.error.HTTPError as exc:
@@ -275,3 +276,21 @@ def push(remote: str, key: str, artifact: Path, sha256: str) -> str:
     except urllib.error.URLError as exc:
         raise DownloadError(f"{remote}: {registry.describe(exc)}") from None
     return f"{registry.endpoint.host}/{registry.repository}:{key}"
+
+
+class UploadBody:
+    """A file sent as a request body (http.client reads it in blocks), saying how far it is
+    every 10 %: an artifact or a layer upload takes a while."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("rb")
+        size = path.stat().st_size
+        self._progress = log.Progress(f"uploading {path.name}", size, unit="MiB", scale=1 << 20)
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._file.read(size)
+        self._progress.advance(len(chunk))
+        return chunk
+
+    def close(self) -> None:
+        self._file.close()
