@@ -273,6 +273,8 @@ def test_every_quoted_figure_is_its_result_s_value_and_quoted_once():
             continue
         if not text or not agrees(text, value):
             problems.append(f"{where}: says {text or 'nothing'}, {file}#{key} is {value:g}")
+        if page.startswith(FOR_UPSTREAM):
+            continue  # a text for upstream's readers repeats the project's figures, each checked here
         if (file, key) in seen:
             problems.append(f"{where}: {file}#{key} is already quoted at {seen[file, key]}: quote it once")
         seen[file, key] = where
