@@ -72,8 +72,9 @@ def test_build_killed_on_a_grid_through_its_first_1_5s_is_recovered_and_verifies
     assert first.returncode == 0, first.stderr
     wheel = Path(first.stdout.strip().splitlines()[-1])
     before = faults.precious(real_root, cache_dir(), cache_parts=("downloads",))
+    seconds = faults.seconds_to_finish("build", real_root)
     killed = []
-    for n, delay in enumerate(round(0.03 * i, 2) for i in range(51)):
+    for n, delay in enumerate(faults.KILL_GRID):
         proc = faults.start("build", real_root)
         if faults.kill_after(proc, delay):
             killed.append(delay)
@@ -85,7 +86,7 @@ def test_build_killed_on_a_grid_through_its_first_1_5s_is_recovered_and_verifies
         assert faults.precious(real_root, cache_dir(), cache_parts=("downloads",)) == before
         if n % 10 == 0:
             assert not verify(wheel, real_root).problems
-    assert len(killed) >= 40, killed
+    assert len(killed) >= faults.kills_expected(faults.KILL_GRID, seconds), (seconds, killed)
     assert not verify(wheel, real_root).problems
 
 

@@ -61,6 +61,28 @@ def run(step: str, root: Path) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+#: The kill grid of issue 57: every 30 ms through the first 1.5 s of a step.
+KILL_GRID = [round(0.03 * n, 2) for n in range(51)]
+
+
+def seconds_to_finish(step: str, root: Path, runs: int = 3) -> float:
+    """The shortest wall time of `runs` uninterrupted runs of `step` (each must succeed)."""
+    best = float("inf")
+    for _ in range(runs):
+        started = time.monotonic()
+        done = run(step, root)
+        assert done.returncode == 0, done.stderr
+        best = min(best, time.monotonic() - started)
+    return best
+
+
+def kills_expected(grid: list[float], seconds: float) -> int:
+    """How many of `grid`'s kills must find the step still running: those in the first
+    half of its uninterrupted time (a faster machine finishes sooner; the grid must
+    still have cut the step at every point it had)."""
+    return max(1, sum(1 for delay in grid if delay < seconds / 2))
+
+
 def kill_after(proc: subprocess.Popen, delay: float, sig: int = signal.SIGKILL) -> bool:
     """Send `sig` to the child's process group after `delay` seconds; True if it was still running."""
     deadline = time.monotonic() + delay
