@@ -82,7 +82,7 @@ def probe_command(checkpoint: Path, mode: str, repeats: int, out: Path) -> list[
 
 def probe(checkpoint: Path, mode: str, repeats: int, workdir: Path) -> dict:
     """One engine; it compiles into caches of its own, so its start-up time is a fresh start's
-    whichever mode ran before (with patch 4's compile key a streamed engine would otherwise load the
+    whichever mode ran before (with patch 6's compile key a streamed engine would otherwise load the
     resident engine's compile)."""
     out = workdir / f"{mode}.json"
     env = {**os.environ, **compile_cache_env(workdir / f"caches-{mode}")}

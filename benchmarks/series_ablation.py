@@ -19,7 +19,7 @@ than 2 %.
     python3 benchmarks/series_ablation.py run --overlays .gpu-ablation --out-dir $OUT/ablation
                                              # on the GPU machine, inside `.gpu-real/run.sh`
     python3 benchmarks/series_ablation.py summarize $OUT/ablation        # the verdict per patch
-    python3 benchmarks/series_ablation.py exec --overlays .gpu-ablation --variant without-8 -- \
+    python3 benchmarks/series_ablation.py exec --overlays .gpu-ablation --variant without-14 -- \
         python3 -m pytest -p no:cacheprovider --noconftest tests   # a prefix's in-tree tests, its code
 
 `--smoke` prepares from the patched tree and runs every variant with tower_pipeline.py

@@ -25,7 +25,8 @@
 #   bash benchmarks/gpu/run.sh multi     # on nvidia-h200-x2 or -x4 only: TP/PP engine tests (issue 16)
 #   bash benchmarks/gpu/run.sh intree    # the vLLM-tree tests of the patches alone
 #   bash benchmarks/gpu/run.sh prefix    # real wheel: the in-tree tests of the queue without its [Perf]
-#                                        # patches, on that prefix's code (PREFIX_VARIANT, default without-8)
+#                                        # patches, on that prefix's code (PREFIX_VARIANT; default the last
+#                                        # variant series_ablation.py prepare wrote, today without-14)
 #   bash benchmarks/gpu/run.sh ablation  # real wheel: series_ablation.py run (ABLATION_ARGS): which [Perf] patches pay
 #   bash benchmarks/gpu/run.sh qwen3     # the Qwen3-VL eager engine test alone (resident vs streamed)
 #   bash benchmarks/gpu/run.sh encgraphs # the engine with encoder CUDA graphs, resident vs streamed (Qwen3-VL)
@@ -93,7 +94,10 @@ case $stage in
 intree) intree ;;
 prefix|ablation)
   [ $harness = real ] || { echo "run.sh $stage: the real wheel only (carry .gpu-real and .gpu-ablation)"; continue; }
-  if [ $stage = prefix ]; then intree_of "${PREFIX_VARIANT:-without-8}" gpu-intree-prefix-tests.log
+  if [ $stage = prefix ]; then
+    # Variants are named by series position (without-<i>): read the name, never hard-code it.
+    variant=${PREFIX_VARIANT:-$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["variants"][-1]["name"])' .gpu-ablation/manifest.json)}
+    intree_of "$variant" gpu-intree-prefix-tests.log
   else env_run timeout 560 python3 benchmarks/series_ablation.py run --overlays .gpu-ablation --out-dir "$OUT/ablation" ${ABLATION_ARGS:-} 2>&1 | tee "$OUT/series-ablation.log" | tail -25
   fi
   ;;

@@ -11,7 +11,7 @@ decoder compiled by torch.compile) both engines compile in Inductor's determinis
 each into caches of its own: without it each compile times its reductions' configs on the
 device and may pick others, and two compiles of the same resident model can then differ in
 their last bits (benchmarks/results/gpu-real/logprob-classes.md). A third engine, streamed in
-the resident engine's caches, must load that compile (patch 4's compile key). Figures go to
+the resident engine's caches, must load that compile (patch 6's compile key). Figures go to
 `$VLLM_FORK_RESULTS` (when set) as `engine_<family>_<graphs>.json.gz`.
 """
 
@@ -55,7 +55,7 @@ def engines(request, checkpoints) -> dict[str, dict]:
         # After each engine: a call cut at its time limit still returns the engines it ran.
         record(name, results)
     if compiled:
-        # Streamed again, in the resident engine's compile caches (patch 4: the towers'
+        # Streamed again, in the resident engine's compile caches (patch 6: the towers'
         # options are not in vLLM's compile cache key).
         caches = Path(results["resident"]["compile_caches"])
         results["streamed_in_resident_caches"] = run_probe(
@@ -98,7 +98,7 @@ def test_a_streamed_engine_on_the_resident_engines_kernels_gives_its_outputs(eng
 
 
 def test_a_streamed_engine_loads_the_resident_engines_compile(engines):
-    """And it loads that compile instead of compiling again (patch 4: the towers never enter
+    """And it loads that compile instead of compiling again (patch 6: the towers never enter
     a compiled graph, so their options are not in vLLM's compile cache key)."""
     resident, again = streamed_in_resident_caches(engines)
     loaded = [line for line in again["log_lines"] if "Directly load" in line]

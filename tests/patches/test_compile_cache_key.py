@@ -1,5 +1,5 @@
-"""Patch 12 end to end on the CPU: vLLM's own `EngineArgs` turn a Qwen3-VL checkpoint (made on
-the spot) into the config an engine compiles with, and a resident engine and an
+"""Patch 6's compile key end to end on the CPU: vLLM's own `EngineArgs` turn a Qwen3-VL
+checkpoint (made on the spot) into the config an engine compiles with, and a resident engine and an
 `--offload-towers` one must key vLLM's compile cache alike, so that the streamed engine loads
 the resident engine's compiled model instead of compiling its own.
 

@@ -23,15 +23,18 @@ def test_every_prefix_without_the_perf_patches_runs_and_stays_bit_identical(vllm
     assert prepared.returncode == 0, prepared.stderr
     manifest = json.loads((overlays / "manifest.json").read_text())
     names = [v["name"] for v in manifest["variants"]]
-    assert names == ["full", "without-8"]
-    # The prefixes are the queue's: cudart only from patch 8.
+    assert names == ["full", "without-14"]
+    # The prefixes are the queue's: cudart only from patch 14, the queue's last.
     units = "vllm/model_executor/offloader/tower_units.py"
     assert "CudaRTLibrary" in (overlays / "full" / units).read_text()
-    assert "CudaRTLibrary" not in (overlays / "without-8" / units).read_text()
-    # Each prefix's in-tree tests: the queue's, as that prefix has them.
-    assert (overlays / "full" / "tests/model_executor/test_kernel_warmup_minimax_m3.py").is_file()
-    assert not (overlays / "without-8" / "tests/model_executor/test_kernel_warmup_minimax_m3.py").exists()
-    assert (overlays / "without-8" / "tests/model_executor/offloader/test_tower_units.py").is_file()
+    assert "CudaRTLibrary" not in (overlays / "without-14" / units).read_text()
+    # Each prefix's in-tree tests: the queue's, as that prefix has them (patches 1 to 13 here).
+    assert (overlays / "without-14" / "tests/model_executor/test_kernel_warmup_minimax_m3.py").is_file()
+    assert (overlays / "without-14" / "tests/model_executor/offloader/test_tower_units.py").is_file()
+    streaming = "tests/model_executor/offloader/test_tower_streaming.py"
+    cudart_test = "def test_cuda_a_failed_copy_call_raises_and_issues_nothing_after_it"
+    assert cudart_test in (overlays / "full" / streaming).read_text()
+    assert cudart_test not in (overlays / "without-14" / streaming).read_text()
 
     # `exec` runs a command against one variant's copy of the package the interpreter finds.
     probe = (
@@ -46,7 +49,7 @@ def test_every_prefix_without_the_perf_patches_runs_and_stays_bit_identical(vllm
             "--overlays",
             str(overlays),
             "--variant",
-            "without-8",
+            "without-14",
             "--scratch",
             str(tmp_path),
             "--",
@@ -59,7 +62,7 @@ def test_every_prefix_without_the_perf_patches_runs_and_stays_bit_identical(vllm
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(vllm_tree)},
     )
-    assert executed.stdout.split() == [str(overlays / "without-8"), "False"], executed.stderr
+    assert executed.stdout.split() == [str(overlays / "without-14"), "False"], executed.stderr
 
     done = run(
         "run",
@@ -83,7 +86,7 @@ def test_every_prefix_without_the_perf_patches_runs_and_stays_bit_identical(vllm
         assert [row["bit_identical"] for row in rows] == [True], r["variant"]
     summary = (out / "series_ablation.md").read_text()
     assert (
-        summary.startswith("Smoke run") and "| patch 8 (default options) | full | without-8 |" in summary
+        summary.startswith("Smoke run") and "| patch 14 (default options) | full | without-14 |" in summary
     )
     # The package copies are gone, and the tree under test was not written.
     assert not list(tmp_path.glob("series-ablation-*"))

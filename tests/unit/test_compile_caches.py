@@ -154,7 +154,7 @@ def test_why_one_engine_did_not_load_anothers_compile(tmp_path: Path):
 def test_a_float_and_an_int_of_one_value_are_different_keys():
     """vLLM hashes the factors' JSON, where 0.0 and 0 differ though they compare equal: the
     factor that kept a streamed engine from loading the resident engine's compile on the real
-    wheel (gpu-real 2026-12-05e; patch 4 now gives both engines 0.0)."""
+    wheel (gpu-real 2026-12-05e; patch 6 now gives both engines 0.0)."""
 
     def key(cpu_offload_gb: float) -> dict:
         uva = ["vllm.config.offload.UVAOffloadConfig", [["cpu_offload_gb", cpu_offload_gb], ["cpu_offload_params", []]]]
