@@ -87,7 +87,7 @@ TOWERS = {"2B": QWEN3_VL_2B_VISION, "8B": QWEN3_VL_8B_VISION}
 # FlashAttention does (no host sync per layer, and capturable in a CUDA graph).
 VIT_ATTENTION = ("TORCH_SDPA", "TRITON_ATTN", "default")  # default: what vLLM picks (FlashAttention on Hopper)
 LOOKAHEADS = (1, 2, 3)
-# vLLM's default lookahead for towers (`PrefetchOffloadConfig.offload_towers_prefetch_step`,
+# vLLM's default lookahead for towers (`PrefetchOffloadConfig.towers_lookahead`,
 # the streamer patch; a smoke test checks they agree): the rows a deployment gets.
 DEFAULT_LOOKAHEAD = 2
 MERGE = 2

@@ -293,7 +293,7 @@ def test_the_benchmarks_default_lookahead_is_vllms(vllm_tree: Path) -> None:
     from vllm.config.offload import PrefetchOffloadConfig
 
     tower_pipeline = benchmark_module("tower_pipeline")
-    assert PrefetchOffloadConfig().offload_towers_prefetch_step == tower_pipeline.DEFAULT_LOOKAHEAD
+    assert PrefetchOffloadConfig().towers_lookahead == tower_pipeline.DEFAULT_LOOKAHEAD
 
 
 def test_a_run_of_encodes_is_copy_bound_only_when_every_encode_is() -> None:
