@@ -13,6 +13,7 @@ import functools
 import http.server
 import os
 import re
+import socketserver
 import ssl
 import threading
 import urllib.parse
@@ -125,10 +126,17 @@ def serve(directory: Path, tls: ssl.SSLContext | None = None, **faults):
     server.state = _State(Faults(**faults))
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
+    with running(server):
+        yield server, f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
+
+
+@contextmanager
+def running(server: socketserver.BaseServer):
+    """Serve `server` on a thread of its own while the block runs; closed after it."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield server, f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
+        yield server
     finally:
         server.shutdown()
         server.server_close()

@@ -21,10 +21,11 @@ import http.server
 import json
 import re
 import secrets
-import threading
 import time
 import urllib.parse
 from contextlib import contextmanager
+
+from support.httpserver import running
 
 SERVICE = "test-registry"
 _ROUTE = re.compile(r"^/v2/(?P<repo>.+?)/(?P<kind>blobs/uploads|blobs|manifests)/(?P<rest>[^?]*)$")
@@ -192,11 +193,5 @@ class TestRegistry(http.server.ThreadingHTTPServer):
 
 @contextmanager
 def registry(auth: bool = True, **options):
-    server = TestRegistry(auth, **options)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with running(TestRegistry(auth, **options)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()

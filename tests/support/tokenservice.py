@@ -14,11 +14,12 @@ import http.server
 import json
 import secrets
 import subprocess
-import threading
 import time
 import urllib.parse
 from contextlib import contextmanager
 from pathlib import Path
+
+from support.httpserver import running
 
 SERVICE, ISSUER = "vllm-fork-test-registry", "vllm-fork-test-issuer"
 
@@ -98,11 +99,5 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @contextmanager
 def token_service(directory: Path, users: dict[str, str], expires_in: int = 300):
-    server = TokenService(directory, users, expires_in)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with running(TokenService(directory, users, expires_in)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
