@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from vllm_fork.core.errors import ConfigError
+from vllm_fork.core.urls import redact_url
 
 INSECURE_ENV = "VLLM_FORK_OCI_INSECURE"
 DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
@@ -110,10 +111,17 @@ def parse_remote(remote: str) -> tuple[Endpoint, str]:
     scheme, sep, rest = remote.partition("://")
     host, _, repository = rest.partition("/")
     repository = repository.strip("/")
+    shown = redact_url(remote)
+    if "@" in host:
+        registry = host.rpartition("@")[2]
+        raise ConfigError(
+            f"{shown}: an OCI remote carries no login; log in as Docker does (`docker login {registry}`), "
+            "or set VLLM_FORK_OCI_USERNAME and VLLM_FORK_OCI_PASSWORD"
+        )
     if not sep or scheme not in OCI_SCHEMES or not host or not repository:
-        raise ConfigError(f"bad OCI remote {remote!r}: use oci://<registry host[:port]>/<repository>")
+        raise ConfigError(f"bad OCI remote {shown!r}: use oci://<registry host[:port]>/<repository>")
     if not REPOSITORY.fullmatch(repository):
-        raise ConfigError(f"bad OCI repository name {repository!r} in {remote!r} (lowercase, digits, . _ - /)")
+        raise ConfigError(f"bad OCI repository name {repository!r} in {shown!r} (lowercase, digits, . _ - /)")
     endpoint = Endpoint.of(host, OCI_SCHEMES[scheme])
     if endpoint.is_docker_hub and "/" not in repository:
         repository = f"library/{repository}"

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from vllm_fork.core.git import git
+from vllm_fork.core.urls import redact_url
 from vllm_fork.queue.patchfile import FileDiff
 from vllm_fork.rebase.classify import hunk_range, preimage
 from vllm_fork.upstream.pin import Pin
@@ -39,7 +40,7 @@ def fetch_history(repo: Path, remote: str, old: Pin, new: Pin) -> str:
             proc = git(repo, "fetch", "--quiet", "--no-tags", depth, remote, f"+{want}:{ref}", check=False)
             if proc.returncode != 0:
                 said = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-                return f"`git fetch {depth}` from {remote} failed: {said}"
+                return redact_url(f"`git fetch {depth}` from {remote} failed: {said}")
     return ""
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from vllm_fork.core.git import git_output_without_hints
+from vllm_fork.core.urls import redact_url
 from vllm_fork.queue.apply import PatchFailure
 from vllm_fork.rebase.classify import CLEAN, CONFLICT, DROPPED, RESOLVED, SKIPPED, THREE_WAY, PatchResult
 from vllm_fork.rebase.state import RebaseState, new_pin_of, old_pin_of
@@ -61,7 +62,7 @@ def _cell(text: str) -> str:
 def _reproduce(state: RebaseState, new: Pin) -> str:
     to = new.commit if not new.tag else new.version
     src = f" --source {state.source}"
-    remote = f" --remote {state.remote}" if state.remote else ""
+    remote = f" --remote {redact_url(state.remote)}" if state.remote else ""
     return f"```sh\ngit checkout {_base_hint(state)}\ninvoke rebase --to {to}{src}{remote}\n```\n"
 
 

@@ -184,7 +184,7 @@ def ensure_upstream(pin: Pin, source: str | None = None, remote: str | None = No
         return Upstream(repo, commit, source, f"{pin.sdist.filename} (sha256 {pin.sdist.sha256[:12]})")
     remote = remote or pin.git_remote
     commit = _fetch_git(pin, repo, remote)
-    return Upstream(repo, commit, source, f"{remote} tag {pin.tag}")
+    return Upstream(repo, commit, source, f"{redact_url(remote)} tag {pin.tag}")
 
 
 __all__ = ["Upstream", "ensure_upstream", "import_sdist", "upstream_repo", "sha256_file"]
