@@ -2,7 +2,7 @@
 
 A dockerd of the test's own (tests/support/dockerd.py) builds the fork's image from the
 real Dockerfile over the stand-in base (vllm_fork/image/base.py: Debian, python3, the
-official vLLM 0.33.0 wheel installed as upstream's image installs it), with the real
+official wheel of the pinned release, installed as upstream's image installs it), with the real
 patched wheel `invoke build` makes; containers run with `--network none`. A real registry
 (Debian's docker-registry) takes the stand-in base, and `invoke docker --push` appends the
 delta layer there with no engine at all; the engine then pulls and runs the result.
