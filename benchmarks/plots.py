@@ -163,8 +163,17 @@ MODE_STYLES = {"resident": ("tab:blue", "o"), "streamed": ("tab:orange", "s")}
 
 
 def plot_serve_load(results: Path, out: Path) -> None:
-    report = load(results, "serve_load/serve_load_8B_utilization.json")
+    draw_serve_load(load(results, "serve_load/serve_load_8B_utilization.json"), out / "serve_load.png")
+
+
+def draw_serve_load(report: dict, path: Path) -> None:
+    """One serve_load.py report: throughput and p99 TTFT against the offered load, both modes
+    (serve_load.py draws its own run with this too)."""
     budget = report["memory"].split("(")[-1].split(" GiB")[0]  # "... (24 GiB of the card)"
+    if report["config"] == "utilization":
+        memory = f"{budget} GiB engine budget (--gpu-memory-utilization)"
+    else:
+        memory = f"KV cache fixed at {budget} GiB (--kv-cache-memory-bytes)"
     fig, (tput, ttft) = plt.subplots(1, 2, figsize=(10, 4))
     for mode, (color, marker) in MODE_STYLES.items():
         points = sorted((p["max_concurrency"], p) for p in report["points"] if p["mode"] == mode)
@@ -187,11 +196,11 @@ def plot_serve_load(results: Path, out: Path) -> None:
     ttft.set_ylabel("p99 time to first token (s)")
     tput.legend(fontsize=8, loc="lower right")
     fig.suptitle(
-        f"vllm serve + vllm bench serve, Qwen3-VL-{report['shape']} shape, {budget} GiB engine budget"
-        f" (--gpu-memory-utilization), resident vs --offload-towers\n{report['gpu']}, vLLM {report['vllm']} (the built wheel)",
+        f"vllm serve + vllm bench serve, Qwen3-VL-{report['shape']} shape, {memory},"
+        f" resident vs --offload-towers\n{report['gpu']}, vLLM {report['vllm']} (the built wheel)",
         fontsize=9,
     )
-    save(fig, out / "serve_load.png")
+    save(fig, path)
 
 
 PLOTS = [plot_build, plot_tower_matrix, plot_tower_pipeline, plot_tower_graph, plot_serve_load]

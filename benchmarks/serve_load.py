@@ -672,6 +672,18 @@ def write_report(out_dir: Path, report: dict) -> None:
     write_atomic(out_dir / f"{name}.md", markdown(report))
 
 
+def draw(out_dir: Path, report: dict) -> None:
+    """The run's picture beside its report, as the README shows the committed one."""
+    try:
+        from plots import draw_serve_load
+    except ImportError as error:  # matplotlib is the fork's dependency, not vLLM's
+        print(f"serve_load: no picture ({error}); `python benchmarks/plots.py` draws the committed results")
+        return
+    path = out_dir / f"serve_load_{report['shape']}_{report['config']}.png"
+    draw_serve_load(report, path)
+    print(f"serve_load: picture {path}", flush=True)
+
+
 def merge(reports: list[dict]) -> dict:
     """One report from runs of the same shape and configuration, each with servers of its own
     (a call of this project's device takes part of a sweep): the first run's servers, every
@@ -822,6 +834,8 @@ def main(argv: list[str] | None = None) -> None:
             report["servers"][mode]["rss_bytes_end"] = servers[mode].rss()
             report["servers"][mode]["health_end"] = servers[mode].get("/health") == ""
         write_report(args.out_dir, report)
+    if report["points"]:
+        draw(args.out_dir, report)
     print(markdown(report))
 
 

@@ -236,3 +236,13 @@ def test_the_smoke_run_writes_the_commands(vllm_tree, tmp_path):
     assert report["commands"]["streamed"][-2:] == ["prefetch", "--offload-towers"]
     assert report["bench_argv"][:3] == ["vllm", "bench", "serve"]
     assert time.monotonic() - started < 300
+
+
+def test_a_run_draws_its_own_picture_beside_its_report(tmp_path, capsys):
+    """The committed fixed-KV run (real figures, the other configuration's title) drawn as the
+    run itself draws it at its end."""
+    benchmark_module("plots")  # what `python3 benchmarks/serve_load.py` finds beside itself
+    report = json.loads((REPO / "benchmarks/results/serve_load/serve_load_8B_kv.json").read_text())
+    serve_load.draw(tmp_path, report)
+    assert (tmp_path / "serve_load_8B_kv.png").stat().st_size > 10_000
+    assert f"picture {tmp_path / 'serve_load_8B_kv.png'}" in capsys.readouterr().out
