@@ -27,8 +27,9 @@ last point, a fixed set of requests (images of several sizes, one text-only), on
 at temperature 0: their token ids must be the same from both servers.
 
 Writes `serve_load_<shape>_<config>.json` and `.md` into `--out-dir` after every point (a run cut
-short keeps what it measured); `--smoke` writes the checkpoint and the commands, runs
-nothing (no GPU needed).
+short keeps what it measured) and, at the end, its picture (`.png`, where matplotlib is
+installed); `--smoke` writes the checkpoint and the commands, runs nothing (no GPU needed).
+Without `--budget-s` every point runs (a device call here has 600 s: run.sh passes one).
 """
 
 from __future__ import annotations
@@ -745,7 +746,7 @@ def sweep(args: argparse.Namespace, report: dict, servers: dict[str, Server], st
         elapsed = time.monotonic() - started
         # The next pair takes about as long as the last, scaled by its output tokens.
         estimate = last_pair * prompts_at(concurrency) / prompts_at(concurrencies[index - 1]) if index else 0
-        if elapsed + estimate > args.budget_s - 45:
+        if args.budget_s is not None and elapsed + estimate > args.budget_s - 45:
             report["skipped_concurrencies"] = list(concurrencies[index:])
             print(f"serve_load: budget: skipping concurrencies {concurrencies[index:]}", flush=True)
             break
@@ -775,7 +776,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrencies", type=lambda s: tuple(int(c) for c in s.split(",")), default=None)
     parser.add_argument("--kv-cache-memory-bytes", type=int, default=None, help="--config kv: both servers' KV cache")
     parser.add_argument("--seed", type=int, default=0, help="the first point's dataset seed (one more per point)")
-    parser.add_argument("--budget-s", type=float, default=520, help="skip the points that would not end in it")
+    parser.add_argument(
+        "--budget-s", type=float, default=None, help="skip the points that would not end in it (default: run all)"
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/serve-load"), help="checkpoint, logs, caches")
     parser.add_argument("--no-compare", action="store_true", help="skip the fixed requests after the sweep")
     parser.add_argument("--smoke", action="store_true", help="write the checkpoint and the commands only")
