@@ -133,7 +133,7 @@ def test_the_servers_figures_are_read_from_vllms_log_and_metrics():
     log = "\n".join(
         [
             "INFO 12-06 [gpu_model_runner.py:442] Model loading took 15.22 GiB memory and 3.1 seconds",
-            "INFO 12-06 [offloader] Streaming tower 'visual' from host memory (pinned, cudaHostRegister): 31 units,"
+            "INFO 12-06 [offloader] Streaming tower 'visual' from host memory (pinned, registered): 31 units,"
             " 1.07 GiB in total, largest unit 0.04 GiB; on the GPU from its first encode, a ring of 3 slots of 40.0 MiB.",
             "INFO 12-06 [gpu_worker.py:796] Available KV cache memory: 5.31 GiB",
             "INFO 12-06 [kv_cache_utils.py:1169] GPU KV cache size: 38,656 tokens, Maximum concurrency for 8,192"
