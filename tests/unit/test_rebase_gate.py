@@ -154,6 +154,10 @@ def test_check_problems_gate_the_same_way(tmp_path):
     assert not out.done and out.stopped_at == CHECKS
     assert "`invoke check`: **1 problem(s)**" in out.report
     assert "mini/config.py:6: undefined name 'BASE'" in out.report
+    assert len(out.check_problems) == 1 and "undefined name 'BASE'" in out.check_problems[0]
+    # Accepted, the problems stay on the outcome (and in the committed report).
+    accepted = rebase.continue_(w.root, accept_failing_tests=True)
+    assert accepted.done and accepted.check_problems == out.check_problems
 
 
 def test_failing_tests_are_read_from_pytests_short_summary(tmp_path, capsys):

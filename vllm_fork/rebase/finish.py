@@ -153,7 +153,7 @@ def finish(root: Path, state: RebaseState) -> Outcome:
     report = success_report(state, old_pin_of(state), new_pin, checks)
     if gate_failed and not state.options.accept_failing_tests:
         _stop_at_checks(root, state)
-        return Outcome(False, report, write_report(root, report), state, stopped_at=CHECKS)
+        return Outcome(False, report, write_report(root, report), state, stopped_at=CHECKS, check_problems=problems)
     path = write_report(root, report)
     branch = commit = ""
     if state.options.commit:
@@ -164,4 +164,4 @@ def finish(root: Path, state: RebaseState) -> Outcome:
         commit = commit_on_branch(root, branch, f"{title}\n\n{report}")
     clear(root, keep_report=True)
     git(tree, "update-ref", "-d", ORIG_REF, check=False)
-    return Outcome(True, report, path, state, branch, commit)
+    return Outcome(True, report, path, state, branch, commit, check_problems=problems)

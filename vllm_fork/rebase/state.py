@@ -162,6 +162,7 @@ class Outcome:
     branch: str = ""
     commit: str = ""
     stopped_at: str = ""  # "conflict", or CHECKS when the check or the tests failed
+    check_problems: list[str] = field(default_factory=list)  # `invoke check`'s, stopped at or accepted
 
 
 def new_pin_of(state: RebaseState) -> Pin:
