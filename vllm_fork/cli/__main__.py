@@ -1,8 +1,8 @@
 """`vllm-fork <task> ...` (or `python -P -m vllm_fork.cli`): the fork's invoke tasks, from any directory.
 
-`invoke` takes the nearest `tasks.py` above the working directory, and vLLM's tree
-has its own `vllm/tasks.py`: under `build/vllm/vllm/` plain `invoke` loads vLLM's
-module, not the fork's tasks. This names the fork's collection instead of searching.
+`invoke` takes the nearest `tasks.py` above the working directory (under the fork's
+`build/`, `invoke_root` points it at the fork's), so outside the fork it finds none or
+another project's. This names the fork's collection instead of searching.
 (`-P`: without it Python puts the working directory first on sys.path, and there
 vLLM's `vllm/config/logging.py` would shadow the standard library's `logging`.)
 """
