@@ -601,7 +601,8 @@ def markdown(report: dict) -> str:
         f"# `vllm serve` under load: resident vs `--offload-towers` ({report['config']})",
         "",
         f"Qwen3-VL-{report['shape']} shape (full-size text and vision configs, dummy weights), {report['memory']},",
-        f"{report['gpu']}, vLLM {report['vllm']} (the built wheel{': `' + report['wheel'] + '`' if report.get('wheel') else ''})."
+        f"{report['gpu']}, vLLM {report['vllm']} (the built wheel{'s' if ', ' in report['vllm'] else ''}"
+        f"{': `' + report['wheel'] + '`' if report.get('wheel') else ''})."
         " `vllm bench serve`, random-mm dataset"
         " (0-2 images of 64/384/1024 tokens, 96-160 text tokens, 384-640 output tokens), all requests queued"
         " at once under `--max-concurrency`.",
@@ -660,8 +661,12 @@ def markdown(report: dict) -> str:
     runs = report.get("runs") or [{"command": report["command"]}]
     lines += ["", "Command" + ("s" if len(runs) > 1 else "") + ":"]
     for run in runs:
-        ran = f" (concurrencies {', '.join(map(str, run['concurrencies']))})" if "concurrencies" in run else ""
-        lines.append(f"- `{run['command']}`{ran}")
+        ran = f" (concurrencies {', '.join(map(str, run['concurrencies']))}" if "concurrencies" in run else ""
+        if ran and run.get("wheel"):
+            ran += f"; `{run['wheel']}`"
+        if ran and run.get("compared_equal") is not None:
+            ran += "; then the same token ids one at a time" if run["compared_equal"] else "; then different tokens"
+        lines.append(f"- `{run['command']}`{ran + ')' if ran else ''}")
     lines.append("")
     return "\n".join(lines)
 
@@ -700,9 +705,18 @@ def merge(reports: list[dict]) -> dict:
             "command": r["command"],
             "concurrencies": sorted({p["max_concurrency"] for p in r["points"]}),
             "servers": r["servers"],
+            "vllm": r["vllm"],
+            "wheel": r.get("wheel"),
+            "compared_equal": r.get("compared", {}).get("equal"),
         }
         for r in reports
     ]
+    # The check after the heaviest point is the one that answers for the sweep.
+    checked = [r for r in reports if r.get("compared", {}).get("equal") is not None]
+    if checked:
+        merged["compared"] = max(checked, key=lambda r: max(p["max_concurrency"] for p in r["points"]))["compared"]
+    merged["vllm"] = ", ".join(dict.fromkeys(r["vllm"] for r in reports))
+    merged.pop("wheel", None)  # each run names its own
     merged.pop("skipped_concurrencies", None)
     return merged
 

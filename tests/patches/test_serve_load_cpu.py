@@ -246,3 +246,27 @@ def test_a_run_draws_its_own_picture_beside_its_report(tmp_path, capsys):
     serve_load.draw(tmp_path, report)
     assert (tmp_path / "serve_load_8B_kv.png").stat().st_size > 10_000
     assert f"picture {tmp_path / 'serve_load_8B_kv.png'}" in capsys.readouterr().out
+
+
+def test_runs_of_two_wheels_merge_with_each_runs_wheel_and_the_heaviest_check():
+    # The committed 8B report: concurrencies 8-48 on one wheel, 96 on another, each run
+    # with servers of its own and a check of the same requests one at a time after it.
+    committed = json.loads((REPO / "benchmarks/results/serve_load/serve_load_8B_utilization.json").read_text())
+    runs = []
+    for run in committed["runs"]:
+        r = {k: v for k, v in committed.items() if k not in ("runs", "summary", "compared")}
+        r.update(command=run["command"], servers=run["servers"], vllm=run["vllm"], wheel=run["wheel"])
+        r["points"] = [p for p in committed["points"] if p["max_concurrency"] in run["concurrencies"]]
+        r["compared"] = {**committed["compared"], "equal": run["compared_equal"], "marker": run["wheel"]}
+        runs.append(r)
+    assert len({r["wheel"] for r in runs}) == 2
+
+    merged = serve_load.merge(runs)
+
+    assert [r["wheel"] for r in merged["runs"]] == [r["wheel"] for r in runs]
+    assert merged["compared"]["marker"] == runs[-1]["wheel"]  # the check after the heaviest point
+    assert merged["vllm"] == ", ".join(r["vllm"] for r in runs) and "wheel" not in merged
+    text = serve_load.markdown({**merged, "summary": serve_load.summary(merged)})
+    assert "(the built wheels)" in text
+    for r in runs:
+        assert f"; `{r['wheel']}`; then the same token ids one at a time)" in text
