@@ -49,7 +49,7 @@ def search_from_fork_root(argv: list[str]) -> None:
 #: The line `scripts/setup.sh` writes into the virtualenv's site-packages.
 #: Only invoke's start imports this module; every other interpreter reads one argument.
 PTH_LINE = (
-    "import os, sys; os.path.basename((sys.argv or [''])[0]) in ('invoke', 'inv') and "
+    f"import os, sys; os.path.basename((sys.argv or [''])[0]) in {PROGRAMS!r} and "
     "__import__('vllm_fork.invoke_root').invoke_root.search_from_fork_root(sys.argv)\n"
 )
 PTH_NAME = "vllm_fork_invoke.pth"
