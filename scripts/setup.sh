@@ -9,7 +9,7 @@ python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 # Plain `invoke` under build/ runs the fork's tasks, not vLLM's vllm/tasks.py (see the module).
-.venv/bin/python -m vllm_fork.invoke_root "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null
+.venv/bin/python -m vllm_fork.core.invoke_root "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null
 for req in requirements/*.txt; do
   if [ -f "$req" ]; then .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"; fi
 done

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 
-from vllm_fork.invoke_root import fork_root_above, search_from_fork_root
+from vllm_fork.core.invoke_root import PTH_LINE, PTH_NAME, fork_root_above, search_from_fork_root
 
 INVOKE = Path(sys.executable).parent / "invoke"
 
@@ -25,6 +26,10 @@ def a_fork(tmp_path: Path) -> Path:
     (tree / "config").mkdir(parents=True)
     (tree / "tasks.py").write_text("raise SystemExit('vLLM tasks.py was loaded')\n")
     return root
+
+
+def test_the_virtualenv_holds_the_line_scripts_setup_sh_writes():
+    assert (Path(sysconfig.get_path("purelib")) / PTH_NAME).read_text() == PTH_LINE
 
 
 def test_invoke_in_vllms_tree_runs_the_forks_tasks(tmp_path):

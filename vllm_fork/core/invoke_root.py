@@ -50,7 +50,7 @@ def search_from_fork_root(argv: list[str]) -> None:
 #: Only invoke's start imports this module; every other interpreter reads one argument.
 PTH_LINE = (
     f"import os, sys; os.path.basename((sys.argv or [''])[0]) in {PROGRAMS!r} and "
-    "__import__('vllm_fork.invoke_root').invoke_root.search_from_fork_root(sys.argv)\n"
+    "__import__('importlib').import_module('vllm_fork.core.invoke_root').search_from_fork_root(sys.argv)\n"
 )
 PTH_NAME = "vllm_fork_invoke.pth"
 
@@ -62,5 +62,5 @@ def install(site_packages: Path) -> Path:
     return path
 
 
-if __name__ == "__main__":  # python -m vllm_fork.invoke_root SITE_PACKAGES
+if __name__ == "__main__":  # python -m vllm_fork.core.invoke_root SITE_PACKAGES
     print(install(Path(sys.argv[1])))
