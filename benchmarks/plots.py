@@ -197,7 +197,8 @@ def draw_serve_load(report: dict, path: Path) -> None:
     tput.legend(fontsize=8, loc="lower right")
     fig.suptitle(
         f"vllm serve + vllm bench serve, Qwen3-VL-{report['shape']} shape, {memory},"
-        f" resident vs --offload-towers\n{report['gpu']}, vLLM {report['vllm']} (the built wheel)",
+        f" resident vs --offload-towers\n{report['gpu']}, vLLM {report['vllm']}"
+        f" (the built wheel{'s' if ', ' in report['vllm'] else ''})",
         fontsize=9,
     )
     save(fig, path)
