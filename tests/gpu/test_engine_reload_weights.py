@@ -31,9 +31,11 @@ def runs(request, checkpoints) -> dict[str, dict]:
     streamer, not two compiles' tuning (engine_runs.run_probe)."""
     checkpoint = checkpoints["qwen3_vl"]
     graphs = request.param == "encoder-cudagraphs"
-    extra = ("--encoder-cudagraphs",) if graphs else ()
+    # The compared prompts go in one batch, beyond every captured budget, so vLLM encodes
+    # them eagerly: with encoder graphs, two images alone after the reload replay a graph.
+    extra = ("--encoder-cudagraphs", "--requests", "2") if graphs else ("--requests", "0")
     results = {
-        mode: run_probe(checkpoint, mode, "--requests", "0", "--reload-tower-weights", *extra, deterministic=graphs)
+        mode: run_probe(checkpoint, mode, "--reload-tower-weights", *extra, deterministic=graphs)
         for mode in ("resident", "streamed")
     }
     record(f"engine_qwen3_vl_reload_weights_{request.param}.json", results)
@@ -46,9 +48,14 @@ def test_same_outputs_before_and_after_the_reload(runs):
     assert streamed["after_reload"]["tensors_loaded"] == resident["after_reload"]["tensors_loaded"] > 0
     assert_same_outputs(resident["after_reload"], streamed["after_reload"])
     if streamed["encoder_cudagraphs"]:
-        stats = streamed["encoder_graph_stats"]
-        print(f"\n[engine] streamed, encoder graphs: {stats}")
-        assert stats["graph_hits"] > 0 and stats["graph_misses"] == 0
+        # Every encode after the first batch came after the reload (the second batch reads
+        # the encoder cache), and some replayed a graph over the reloaded arena. Their
+        # outputs are among the embeddings compared above.
+        for mode, run in runs.items():
+            before, after = run["encoder_graph_stats_after_compared"], run["encoder_graph_stats"]
+            print(f"\n[engine] {mode}, encoder graphs: {before} -> {after}")
+            assert after["graph_hits"] > before["graph_hits"], f"{mode}: no graph replayed after the reload"
+        assert resident["growth"] == streamed["growth"]
 
 
 def test_the_reload_changed_what_the_images_encode_to(runs):
