@@ -57,6 +57,8 @@ if [ -f .gpu-real/run.sh ]; then harness=real; else harness=standin; fi
 if [ $harness = real ] && ls .gpu-extra/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/gpu-extra-site .gpu-extra/*.whl \
     && export PYTHONPATH=/tmp/gpu-extra-site${PYTHONPATH:+:$PYTHONPATH}
+elif [ $harness = real ] && [[ " $* " == *" matrix "* ]]; then
+  echo "note: no .gpu-extra carried: the Mistral-format tower families will not build" >&2
 fi
 # transformers and huggingface_hub as `pip install` of the wheel resolves them, where carried
 # (extra.sh .gpu-hub2 benchmarks/gpu/extra-wheels-hub2.txt): ahead of the device's own.
