@@ -5,8 +5,8 @@ own, so `invoke check` typed in `build/vllm/vllm/config` imported vLLM's module 
 failed with a traceback. invoke reads no setting of a project before that search, so
 `scripts/setup.sh` puts one line in the virtualenv (`vllm_fork_invoke.pth`) that calls
 `search_from_fork_root` when the program started is invoke: it names the fork's root
-as the search root, as `invoke --search-root ROOT` would. Kept to the standard library:
-the line runs at every interpreter start in the virtualenv.
+as the search root, as `invoke --search-root ROOT` would. It imports only the standard
+library and `core.fs` (itself standard library only): invoke imports it at every start.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+
+from vllm_fork.core.fs import write_atomic
 
 #: invoke's own options that choose what is loaded: given any, the user's choice stands.
 CHOOSING_OPTIONS = ("-r", "--search-root", "-c", "--collection")
@@ -56,9 +58,12 @@ PTH_NAME = "vllm_fork_invoke.pth"
 
 
 def install(site_packages: Path) -> Path:
-    """Write the line into `site_packages` (what `scripts/setup.sh` runs); return its file."""
+    """Write the line into `site_packages` (what `scripts/setup.sh` runs); return its file.
+
+    Atomically: Python's start-up reads every `.pth` there, so a half-written line would
+    print an error in each interpreter of the virtualenv."""
     path = site_packages / PTH_NAME
-    path.write_text(PTH_LINE)
+    write_atomic(path, PTH_LINE)
     return path
 
 
